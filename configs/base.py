@@ -1,0 +1,113 @@
+"""Base configuration shared by every config file; variants state only their differences.
+
+Not a runnable config by itself: `configs/default.py` and the others call `get_base_config()`
+and change what differs. Every field is commented here, once.
+"""
+
+import ml_collections
+
+
+def get_base_config() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+
+    # --- model: mirrors transformer.ModelConfig (see its docstring for each switch) ---
+    model = config.model = ml_collections.ConfigDict()
+    model.vocab_size = 8000
+    model.d_model = 512
+    model.num_heads = 8
+    model.num_kv_heads = ml_collections.config_dict.placeholder(int)  # None = num_heads
+    model.num_encoder_layers = 6
+    model.num_decoder_layers = 6
+    model.d_ff = 2048
+    model.activation = "relu"  # relu | gelu | swiglu | geglu
+    model.norm_position = "post"  # pre | post
+    model.norm_type = "layernorm"  # layernorm | rmsnorm
+    model.position = "sinusoidal"  # sinusoidal | learned | rope | alibi | relative | none
+    model.max_len = 256  # longest source or target sequence, in tokens
+    model.dropout_rate = 0.1
+    model.attention_dropout_rate = 0.0
+    model.activation_dropout_rate = 0.0
+    model.share_embeddings = True  # one table for source and target (needs a shared vocab)
+    model.tie_output = True  # output projection = target embedding transposed
+    model.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
+    model.pad_id = 0
+    model.use_bias = True
+    model.norm_eps = 1e-6
+    model.residual_init_scale = ml_collections.config_dict.placeholder(float)
+    model.relative_buckets = 32
+    model.relative_max_distance = 128
+    model.rope_base = 10000.0
+
+    # --- data ---
+    data = config.data = ml_collections.ConfigDict()
+    # 'synthetic' (the embedded corpus), 'parallel_text' (local {split}.{lang} files in
+    # data.path), or any TFDS translation dataset, e.g. 'wmt14_translate/de-en'.
+    data.name = "synthetic"
+    data.path = ""  # directory of {split}.{lang} files for 'parallel_text'
+    data.source_lang = "en"
+    data.target_lang = "de"
+    data.reverse = False  # True swaps the direction (source_lang <-> target_lang)
+    data.data_dir = ""  # TFDS data dir; '' = <workdir>/tfds
+    data.manual_dir = ""  # TFDS manual dir for pre-downloaded archives
+    data.download_dir = ""  # TFDS download dir
+    data.train_split = "train"
+    data.valid_split = "valid"
+    data.test_split = "test"
+    data.synthetic_train_size = 20000  # sentences in the embedded corpus's train split
+    data.synthetic_eval_size = 500  # sentences in its valid and test splits
+    data.synthetic_seed = 0
+    # Tokenizer: SentencePiece trained on the train split (vocab size = model.vocab_size).
+    data.vocab_type = "unigram"  # unigram | bpe
+    data.shared_vocab = True  # one vocabulary for both languages
+    data.vocab_path = ""  # an existing SentencePiece .model to use instead of training one
+    data.vocab_train_sentences = 1_000_000  # at most this many sentences train the vocab
+    # Training examples longer than these (in tokens, EOS included) are dropped and counted.
+    data.max_source_len = 64
+    data.max_target_len = 64
+    # 'pack': several sentences per row (segment ids + positions), fixed [rows, len] shape;
+    # 'bucket': length buckets, batch size per bucket from train.batch_tokens;
+    # 'pad': fixed batch_size sentences padded to max lengths.
+    data.batching = "pack"
+    data.num_workers = 0  # Grain worker processes (0 = in the main process)
+
+    # --- train ---
+    train = config.train = ml_collections.ConfigDict()
+    train.num_steps = 100_000
+    train.batch_size = 64  # global rows (sentences, or packed rows) per step
+    train.batch_tokens = 0  # >0: bucketed batches of about this many tokens (source or target)
+    train.learning_rate = 1e-3  # peak learning rate
+    train.schedule = "rsqrt"  # rsqrt | cosine | constant (all with linear warmup)
+    train.warmup_steps = 4000
+    train.adam_b1 = 0.9
+    train.adam_b2 = 0.98
+    train.adam_eps = 1e-9
+    train.weight_decay = 0.0
+    train.grad_clip_norm = 1.0  # 0 = off
+    train.grad_accum_steps = 1
+    train.label_smoothing = 0.1
+    train.scheduled_sampling_rate = 0.0  # ablation: share of decoder inputs from the model
+    train.seed = 0
+    train.parallelism = "mesh"  # mesh | pmap
+    train.fsdp = 1  # size of the mesh's 'fsdp' axis (parameter/optimizer sharding)
+    train.log_every = 50
+    train.eval_every = 1000
+    train.checkpoint_every = 1000
+    train.keep_checkpoints = 3
+    train.eval_bleu_sentences = 500  # validation sentences decoded for BLEU at each eval
+
+    # --- decode: used for validation BLEU, eval.py and decode.py ---
+    decode = config.decode = ml_collections.ConfigDict()
+    decode.strategy = "beam"  # greedy | sample | beam
+    decode.beam_size = 4
+    decode.length_penalty = 0.6  # GNMT alpha: score / ((5 + len) / 6) ** alpha
+    decode.n_best = 1
+    decode.temperature = 1.0
+    decode.top_k = 0  # 0 = off
+    decode.top_p = 1.0  # 1.0 = off
+    decode.num_samples = 1
+    decode.seed = 0
+    decode.max_len_a = 1.5  # output length <= max_len_a * source_length + max_len_b
+    decode.max_len_b = 10
+    decode.min_len = 0
+    decode.batch_size = 64  # sentences per decoding batch
+    return config

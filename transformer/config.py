@@ -1,0 +1,133 @@
+"""ModelConfig: every architecture switch of the Transformer, validated at construction."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
+NORM_POSITIONS = ("pre", "post")
+NORM_TYPES = ("layernorm", "rmsnorm")
+POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of an encoder-decoder Transformer.
+
+    Field names are public API: config files set them as ``config.model.<field>``.
+    """
+
+    vocab_size: int = 8000
+    d_model: int = 512
+    num_heads: int = 8
+    # None = num_heads (multi-head); 1 = multi-query; in between = grouped-query attention.
+    num_kv_heads: int | None = None
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    activation: str = "relu"
+    norm_position: str = "post"
+    norm_type: str = "layernorm"
+    position: str = "sinusoidal"
+    max_len: int = 256
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.0
+    activation_dropout_rate: float = 0.0
+    # Source and target share one embedding table (needs a shared vocabulary).
+    share_embeddings: bool = True
+    # Output projection = target embedding transposed.
+    tie_output: bool = True
+    # Compute dtype; parameters, logits, softmax and loss stay float32.
+    dtype: str = "float32"
+    pad_id: int = 0
+    use_bias: bool = True
+    norm_eps: float = 1e-6
+    # Std of output-projection init of attention and FFN = xavier * residual_init_scale;
+    # None = 1 / sqrt(2 * layers in that stack), so residual branches start small.
+    residual_init_scale: float | None = None
+    # T5-style relative position bias: number of buckets and the distance they cover.
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    rope_base: float = 10000.0
+
+    def __post_init__(self):
+        def positive_int(name):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
+            positive_int(name)
+        for name in ("num_encoder_layers", "num_decoder_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"num_heads={self.num_heads} must divide d_model={self.d_model}; "
+                f"valid num_heads: {_divisors(self.d_model)}"
+            )
+        if self.num_kv_heads is not None:
+            positive_int("num_kv_heads")
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}; "
+                    f"valid num_kv_heads: {_divisors(self.num_heads)} or None"
+                )
+        for name, valid in (
+            ("activation", ACTIVATIONS),
+            ("norm_position", NORM_POSITIONS),
+            ("norm_type", NORM_TYPES),
+            ("position", POSITIONS),
+            ("dtype", DTYPES),
+        ):
+            value = getattr(self, name)
+            if value not in valid:
+                raise ValueError(
+                    f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}"
+                )
+        for name in ("dropout_rate", "attention_dropout_rate", "activation_dropout_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if self.pad_id != 0:
+            raise ValueError(f"pad_id must be 0 (padding is id 0 throughout), got {self.pad_id}")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ValueError(
+                f"position='rope' needs an even head dimension, got d_model/num_heads="
+                f"{self.head_dim}; change d_model or num_heads"
+            )
+        if self.position == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"position='sinusoidal' needs an even d_model, got {self.d_model}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in ("swiglu", "geglu")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        """Builds a ModelConfig from a mapping (e.g. ``config.model``), rejecting unknown keys."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(
+                f"unknown model field(s) {unknown}; valid fields: {', '.join(sorted(names))}"
+            )
+        return cls(**dict(values))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

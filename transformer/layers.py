@@ -1,0 +1,95 @@
+"""Basic layers: dense projection, embedding, normalisation and the feed-forward block."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from transformer.dropout import KeySeq, dropout
+
+xavier = nnx.initializers.xavier_uniform()
+
+
+class Dense(nnx.Module):
+    """y = x @ W + b with W [in, out] kept float32 and the product computed in `dtype`."""
+
+    def __init__(
+        self, d_in: int, d_out: int, *, use_bias: bool, dtype, rngs: nnx.Rngs, init_scale=1.0
+    ):
+        kernel = xavier(rngs.params(), (d_in, d_out), jnp.float32) * init_scale
+        self.kernel = nnx.Param(kernel)
+        self.bias = nnx.Param(jnp.zeros((d_out,), jnp.float32)) if use_bias else None
+        self.dtype = dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+class Embed(nnx.Module):
+    """Token embedding table [vocab, d]; lookups are scaled by sqrt(d) by the caller."""
+
+    def __init__(self, vocab_size: int, d_model: int, *, rngs: nnx.Rngs):
+        init = nnx.initializers.normal(stddev=d_model**-0.5)
+        self.embedding = nnx.Param(init(rngs.params(), (vocab_size, d_model), jnp.float32))
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        return jnp.take(self.embedding[...], tokens, axis=0)
+
+    def attend(self, x: jax.Array) -> jax.Array:
+        """Tied output projection: x [..., d] -> logits [..., vocab], in float32."""
+        return jnp.dot(x.astype(jnp.float32), self.embedding[...].T)
+
+
+class Norm(nnx.Module):
+    """LayerNorm (scale and bias) or RMSNorm (scale only), computed in float32."""
+
+    def __init__(self, d_model: int, *, kind: str, eps: float):
+        self.kind = kind
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((d_model,), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((d_model,), jnp.float32)) if kind == "layernorm" else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        if self.kind == "layernorm":
+            x32 = x32 - jnp.mean(x32, axis=-1, keepdims=True)
+        y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
+        y = y * self.scale[...]
+        if self.bias is not None:
+            y = y + self.bias[...]
+        return y
+
+
+ACTIVATION_FNS = {
+    "relu": jax.nn.relu,
+    "gelu": jax.nn.gelu,
+    "swiglu": jax.nn.silu,
+    "geglu": jax.nn.gelu,
+}
+
+
+class FeedForward(nnx.Module):
+    """d_model -> d_ff -> d_model; gated variants compute act(x W1) * (x Wg) (Shazeer, 2020)."""
+
+    def __init__(self, cfg, *, out_init_scale: float, rngs: nnx.Rngs):
+        common = dict(use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs)
+        self.wi = Dense(cfg.d_model, cfg.d_ff, **common)
+        self.wg = Dense(cfg.d_model, cfg.d_ff, **common) if cfg.gated else None
+        self.wo = Dense(cfg.d_ff, cfg.d_model, init_scale=out_init_scale, **common)
+        self.act = ACTIVATION_FNS[cfg.activation]
+        self.activation_dropout_rate = cfg.activation_dropout_rate
+
+    def __call__(self, x: jax.Array, keys: KeySeq | None) -> jax.Array:
+        h = self.act(self.wi(x))  # [B, T, F]
+        if self.wg is not None:
+            h = h * self.wg(x)
+        h = dropout(h, self.activation_dropout_rate, keys)
+        return self.wo(h)
+
+
+def _dtype(cfg):
+    return jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
