@@ -1,0 +1,53 @@
+"""Small shared pieces of the test suite: a tiny run config and a subprocess runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config(**train_overrides):
+    """configs/default.py shrunk to seconds: a 2-layer model on a small synthetic corpus."""
+    from configs.default import get_config
+
+    config = get_config()
+    m = config.model
+    m.vocab_size, m.d_model, m.num_heads, m.d_ff = 200, 32, 4, 64
+    m.num_encoder_layers = m.num_decoder_layers = 1
+    m.max_len = 64
+    m.dropout_rate = 0.0
+    d = config.data
+    d.synthetic_train_size, d.synthetic_eval_size = 1500, 40
+    d.max_source_len = d.max_target_len = 32
+    t = config.train
+    t.batch_size, t.num_steps, t.warmup_steps = 16, 40, 10
+    t.schedule = "rsqrt"
+    t.learning_rate = 3e-3
+    t.log_every = t.eval_every = t.checkpoint_every = 20
+    t.eval_bleu_sentences = 8
+    config.decode.batch_size = 8
+    config.decode.max_len_b = 5
+    for key, value in train_overrides.items():
+        section, _, field = key.partition("__")
+        config[section][field] = value
+    return config
+
+
+def run(args, *, env=None, timeout=600, check=False):
+    """Runs a project command in a subprocess (from the repository root)."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env.setdefault("JAX_PLATFORMS", "cpu")
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc

@@ -1,0 +1,639 @@
+"""Tests of transformer/decoding.py on hand-written logits functions (no model).
+
+Vocabulary: PAD=0, 1, BOS=2, EOS=3, 4, 5. PAD and BOS are never generated (-inf logits).
+The Markov test function has logits depending on the row's table, the step, the current
+token and the previous token (kept in the cache), so cache passing and beam reordering
+matter. Every jitted configuration is built once (functools.cache) and shared.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from transformer import decoding
+
+PAD, BOS, EOS = 0, 2, 3
+V = 6
+REAL = (1, 4, 5)
+T_MAX = 8  # steps covered by the tables; also the largest max_len used
+N_TABLES = 4
+
+# --------------------------------------------------------------------------------------
+# Test logits functions and NumPy references
+# --------------------------------------------------------------------------------------
+
+
+def random_tables(seed, eos_bias=0.0, scale=1.5):
+    rng = np.random.default_rng(seed)
+    table = rng.normal(size=(N_TABLES, T_MAX, V, V)) * scale
+    table[..., EOS] += eos_bias
+    table[..., PAD] = -np.inf
+    table[..., BOS] = -np.inf
+    bonus = rng.normal(size=(V, V))
+    return table.astype(np.float32), bonus.astype(np.float32)
+
+
+def markov_fn(table, bonus):
+    """logits[r] = table[row_r, step, token_r] + bonus[previous token_r]."""
+
+    table, bonus = jnp.asarray(table), jnp.asarray(bonus)
+
+    def fn(tokens, step, cache):
+        logits = table[cache["row"], step, tokens] + bonus[cache["prev"]]
+        return logits, {"row": cache["row"], "prev": tokens, "count": cache["count"] + 1}
+
+    return fn
+
+
+def init_cache(rows):
+    rows = jnp.asarray(rows, jnp.int32)
+    return {"row": rows, "prev": jnp.full_like(rows, PAD), "count": jnp.zeros_like(rows)}
+
+
+def np_log_softmax(x):
+    x = np.asarray(x, np.float64)
+    m = np.max(x)
+    return x - m - np.log(np.sum(np.exp(x - m)))
+
+
+def np_step_logp(table, bonus, row, seq):
+    """Model log-probs of the next output token after output prefix ``seq``."""
+    full = [BOS, *seq]
+    cur, prev = full[-1], (full[-2] if len(full) >= 2 else PAD)
+    logits = table[row, len(seq), cur].astype(np.float64) + bonus[prev]
+    return np_log_softmax(logits)
+
+
+def np_greedy(table, bonus, row, limit, min_len=0):
+    seq, score = [], 0.0
+    for t in range(limit):
+        lp = np_step_logp(table, bonus, row, seq)
+        masked = lp.copy()
+        if t < min_len:
+            masked[EOS] = -np.inf
+        tok = EOS if t + 1 >= limit else int(np.argmax(masked))
+        seq.append(tok)
+        score += lp[tok]
+        if tok == EOS:
+            break
+    return seq, score
+
+
+def penalty(length, alpha):
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def np_brute_force(table, bonus, row, limit, alpha, min_len=0):
+    """All hypotheses (real tokens then EOS, EOS forced at ``limit``), best first."""
+    hyps = []
+
+    def rec(seq, lp):
+        t = len(seq)
+        logp = np_step_logp(table, bonus, row, seq)
+        if t >= min_len or t + 1 >= limit:
+            hyps.append(((lp + logp[EOS]) / penalty(t + 1, alpha), [*seq, EOS]))
+        if t + 1 < limit:
+            for tok in REAL:
+                rec([*seq, tok], lp + logp[tok])
+
+    rec([], 0.0)
+    return sorted(hyps, key=lambda h: -h[0])
+
+
+def np_beam(table, bonus, row, beam, limit, alpha, n_best, min_len=0):
+    """Reference beam search (top 2*beam candidates, live/finished), NO early stopping."""
+    live, finished = [([], 0.0)], []
+    for t in range(limit):
+        cands = []
+        for seq, lp in live:
+            logp = np_step_logp(table, bonus, row, seq)
+            for tok in range(V):
+                if t + 1 >= limit and tok != EOS:
+                    continue
+                if t < min_len and t + 1 < limit and tok == EOS:
+                    continue
+                if np.isfinite(logp[tok]):
+                    cands.append((lp + logp[tok], [*seq, tok]))
+        cands.sort(key=lambda c: -c[0])
+        top = cands[: 2 * beam]
+        finished += [(lp / penalty(t + 1, alpha), s) for lp, s in top if s[-1] == EOS]
+        live = [(s, lp) for lp, s in top if s[-1] != EOS][:beam]
+    return sorted(finished, key=lambda h: -h[0])[:n_best]
+
+
+def unpad(tokens, length):
+    return [int(x) for x in tokens[:length]]
+
+
+# NumPy filter stages, to compose in any order.
+def np_softmax(x):
+    return np.exp(np_log_softmax(x))
+
+
+def stage_t(x, t):
+    return np.asarray(x, np.float64) / t
+
+
+def stage_k(x, k):
+    x = np.array(x, np.float64)
+    order = np.argsort(-x, kind="stable")
+    x[order[k:]] = -np.inf
+    return x
+
+
+def stage_p(x, p):
+    x = np.array(x, np.float64)
+    order = np.argsort(-x, kind="stable")
+    probs = np_softmax(x)[order]
+    before = np.cumsum(probs) - probs
+    drop = order[1:][before[1:] >= p]
+    x[drop] = -np.inf
+    return x
+
+
+def np_filter(x, t, k, p):
+    x = stage_t(x, t)
+    if k:
+        x = stage_k(x, k)
+    return stage_p(x, p) if p < 1 else x
+
+
+# --------------------------------------------------------------------------------------
+# Jitted decoders, one compile per configuration
+# --------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _decoder(kind, max_len, **static):
+    @jax.jit
+    def run(table, bonus, rows, rngs, max_lens, min_len, temperature):
+        fn, cache = markov_fn(table, bonus), init_cache(rows)
+        kw = dict(max_len=max_len, max_lens=max_lens, min_len=min_len, return_cache=True)
+        if kind == "greedy":
+            out, c = decoding.greedy(fn, cache, **kw)
+        else:
+            out, c = decoding.sample(fn, cache, rngs=rngs, temperature=temperature, **kw, **static)
+        return out, c["count"][0]
+
+    return run
+
+
+def decode(
+    kind,
+    table,
+    bonus,
+    rows,
+    *,
+    max_len,
+    rngs=None,
+    max_lens=None,
+    min_len=0,
+    temperature=1.0,
+    **static,
+):
+    """Runs greedy/sample; max_lens, min_len and temperature are traced (shared compiles)."""
+    run = _decoder(kind, max_len, **static)
+    rows = np.asarray(rows, np.int32)
+    max_lens = np.full(len(rows), max_len, np.int32) if max_lens is None else max_lens
+    max_lens = np.asarray(max_lens, np.int32)
+    temperature = np.float32(temperature)
+    out, count = run(table, bonus, rows, rngs, max_lens, np.int32(min_len), temperature)
+    return jax.tree.map(np.asarray, out), int(count)
+
+
+@functools.cache
+def _beam(batch_size, beam_size, max_len, n_best):
+    @jax.jit
+    def run(table, bonus, rows, max_lens, min_len, alpha):
+        cache = decoding.expand_to_beams(init_cache(rows), beam_size)
+        out, c = decoding.beam_search(
+            markov_fn(table, bonus),
+            cache,
+            batch_size=batch_size,
+            beam_size=beam_size,
+            max_len=max_len,
+            max_lens=max_lens,
+            min_len=min_len,
+            alpha=alpha,
+            n_best=n_best,
+            return_cache=True,
+        )
+        return out, c["count"][0]
+
+    return run
+
+
+def beam(table, bonus, rows, *, beam_size, max_len, n_best=1, max_lens=None, min_len=0, alpha=0.0):
+    run = _beam(len(rows), beam_size, max_len, n_best)
+    rows = np.asarray(rows, np.int32)
+    max_lens = np.full(len(rows), max_len, np.int32) if max_lens is None else max_lens
+    max_lens = np.asarray(max_lens, np.int32)
+    out, count = run(table, bonus, rows, max_lens, np.int32(min_len), np.float32(alpha))
+    return jax.tree.map(np.asarray, out), int(count)
+
+
+def row_keys(seed, n):
+    base = jax.random.key(seed)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n))
+
+
+# Table where the greedy path is confident and EOS is unlikely except at a row-specific
+# step, so greedy, beam_size=1 and low-temperature sampling must agree.
+def confident_tables():
+    table, bonus = random_tables(7, scale=3.0)
+    table[..., EOS] = -6.0
+    for r in range(N_TABLES):
+        table[r, 2 + r, :, EOS] = 8.0
+    return table, bonus
+
+
+# --------------------------------------------------------------------------------------
+# filter_logits
+# --------------------------------------------------------------------------------------
+
+_filter = jax.jit(decoding.filter_logits, static_argnames="top_k")
+LOGITS = np.log(np.array([0.4, 0.3, 0.2, 0.1], np.float32))
+
+
+def kept(x):
+    return set(np.flatnonzero(np.isfinite(np.asarray(x))).tolist())
+
+
+def test_top_k_keeps_exactly_k_with_index_tie_break():
+    x = np.array([[1.0, 3.0, 3.0, 3.0, 0.0, 2.0]], np.float32)
+    assert kept(decoding.filter_logits(x, top_k=2)[0]) == {1, 2}
+    assert kept(decoding.filter_logits(x, top_k=4)[0]) == {1, 2, 3, 5}
+    assert kept(decoding.filter_logits(x, top_k=0)[0]) == set(range(6))
+    out = np.asarray(decoding.filter_logits(x, top_k=2)[0])
+    np.testing.assert_array_equal(out[[1, 2]], [3.0, 3.0])
+    assert np.all(out[[0, 3, 4, 5]] == -np.inf)
+
+
+def test_top_p_smallest_set_reaching_p_and_at_least_one():
+    def top_p(p):  # traced p: one compile
+        return kept(_filter(LOGITS, jnp.float32(1.0), 0, jnp.float32(p)))
+
+    assert top_p(0.65) == {0, 1}  # 0.4 < .65 <= 0.7
+    assert top_p(0.75) == {0, 1, 2}
+    assert top_p(0.35) == {0}
+    assert top_p(1e-9) == top_p(0.0) == {0}
+    assert top_p(1.0) == {0, 1, 2, 3}
+    assert kept(decoding.filter_logits(LOGITS, top_p=0.65)) == {0, 1}  # static p
+    assert kept(decoding.filter_logits(LOGITS, top_p=1.0)) == {0, 1, 2, 3}
+
+
+def test_filter_order_temperature_then_top_k_then_top_p():
+    # probs .4 .3 .2 .1; T=0.5 sharpens to .533 .3 .133 .033; top-2 renormalises to
+    # .64 .36; top-p 0.6 then keeps only token 0.
+    t, k, p = 0.5, 2, 0.6
+    expected = kept(np_filter(LOGITS, t, k, p))
+    got = kept(decoding.filter_logits(LOGITS, temperature=t, top_k=k, top_p=p))
+    assert got == expected == {0}
+    # Every other order gives {0, 1}, so the order is really exercised.
+    p_first = stage_t(stage_k(stage_p(LOGITS, p), k), t)  # top-p on unscaled probs
+    p_before_k = stage_k(stage_p(stage_t(LOGITS, t), p), k)  # top-p not renormalised by k
+    t_last = stage_t(stage_p(stage_k(LOGITS, k), p), t)  # temperature last
+    assert kept(p_first) == kept(p_before_k) == kept(t_last) == {0, 1}
+    # Kept values are the temperature-scaled logits.
+    out = np.asarray(decoding.filter_logits(LOGITS, temperature=2.0, top_k=3))
+    np.testing.assert_allclose(out[:3], LOGITS[:3] / 2.0, rtol=1e-6)
+    assert out[3] == -np.inf
+
+
+def test_filter_temperature_zero_keeps_argmax_static_and_traced():
+    x = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 3.0]], np.float32)
+    for temp in (0.0, jnp.float32(0.0)):
+        out = np.asarray(decoding.filter_logits(x, temperature=temp))
+        assert kept(out[0]) == {1} and kept(out[1]) == {0}
+    with pytest.raises(ValueError, match="temperature"):
+        decoding.filter_logits(x, temperature=-1.0)
+
+
+_quarter_logits = st.lists(st.integers(-16, 16).map(lambda i: i / 4.0), min_size=V, max_size=V).map(
+    lambda xs: np.array(xs, np.float32)
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    logits=_quarter_logits,
+    temperature=st.sampled_from([0.5, 1.0, 2.0]),
+    top_k=st.sampled_from([0, 1, 2, 4, V + 1]),
+    top_p=st.floats(0.0, 1.0),
+)
+def test_filter_properties(logits, temperature, top_k, top_p):
+    out = np.asarray(_filter(logits[None], jnp.float32(temperature), top_k, jnp.float32(top_p)))[0]
+    keep = np.isfinite(out)
+    m = int(keep.sum())
+    order = np.argsort(-logits, kind="stable")  # index tie-break
+    assert m >= 1
+    assert keep[order[:m]].all(), "kept tokens must be the highest (ties by index)"
+    np.testing.assert_allclose(out[keep], logits[keep] / temperature, rtol=1e-6)
+    n_k = min(top_k, V) if top_k else V
+    assert m <= n_k
+    # Probabilities after temperature and top-k; the kept set reaches p and is minimal.
+    q = np_softmax(stage_k(logits / temperature, n_k))
+    kept_mass = q[keep].sum()
+    assert kept_mass >= min(top_p, 1.0) - 1e-5
+    if m > 1:
+        assert kept_mass - q[order[m - 1]] < top_p + 1e-5
+    if top_p >= 1.0:
+        assert m == n_k
+
+
+@settings(max_examples=30, deadline=None)
+@given(logits=_quarter_logits, top_k=st.sampled_from([1, 2, 4]))
+def test_top_k_property_exact_count(logits, top_k):
+    out = np.asarray(_filter(logits[None], jnp.float32(1.0), top_k, jnp.float32(1.0)))[0]
+    keep = np.isfinite(out)
+    assert keep.sum() == top_k
+    assert keep[np.argsort(-logits, kind="stable")[:top_k]].all()
+
+
+# --------------------------------------------------------------------------------------
+# Greedy and its equivalents
+# --------------------------------------------------------------------------------------
+
+ROWS4 = [0, 1, 2, 3]
+
+
+def test_greedy_matches_reference_and_counts_steps():
+    table, bonus = random_tables(0, eos_bias=0.5)
+    out, count = decode("greedy", table, bonus, ROWS4, max_len=6)
+    for r in ROWS4:
+        seq, score = np_greedy(table, bonus, r, 6)
+        assert unpad(out.tokens[r], out.lengths[r]) == seq
+        assert np.all(out.tokens[r, len(seq) :] == PAD)
+        np.testing.assert_allclose(out.scores[r], score, rtol=1e-5, atol=1e-5)
+    assert count == out.lengths.max()  # the loop ran exactly as long as the longest row
+
+
+def test_temperature_to_zero_top_k_1_and_beam_1_equal_greedy():
+    table, bonus = confident_tables()
+    ref, _ = decode("greedy", table, bonus, ROWS4, max_len=6)
+    for r in ROWS4:
+        assert unpad(ref.tokens[r], ref.lengths[r]) == np_greedy(table, bonus, r, 6)[0]
+    keys = row_keys(0, 4)
+    variants = [
+        decode("sample", table, bonus, ROWS4, max_len=6, rngs=keys, temperature=1e-6)[0],
+        decode("sample", table, bonus, ROWS4, max_len=6, rngs=keys, temperature=0.0)[0],
+        decode("sample", table, bonus, ROWS4, max_len=6, rngs=keys, top_k=1)[0],
+    ]
+    for out in variants:
+        np.testing.assert_array_equal(out.tokens, ref.tokens)
+        np.testing.assert_array_equal(out.lengths, ref.lengths)
+    b1, _ = beam(table, bonus, ROWS4, beam_size=1, max_len=6)
+    np.testing.assert_array_equal(b1.tokens[:, 0], ref.tokens)
+    np.testing.assert_array_equal(b1.lengths[:, 0], ref.lengths)
+    np.testing.assert_allclose(b1.scores[:, 0], ref.scores, rtol=1e-5)  # alpha = 0
+
+
+def test_static_greedy_path_needs_no_rngs_and_runs_unjitted():
+    table, bonus = confident_tables()
+    ref, _ = decode("greedy", table, bonus, ROWS4, max_len=6)
+    fn, cache = markov_fn(table, bonus), init_cache(ROWS4)
+    out = decoding.sample(fn, cache, rngs=None, max_len=6, temperature=0)  # max_lens=None
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_allclose(out.scores, ref.scores, rtol=1e-6)
+    with pytest.raises(ValueError, match="rngs"):
+        decoding.sample(fn, cache, rngs=None, max_len=6)
+
+
+# --------------------------------------------------------------------------------------
+# Length limits and early stop of the loop
+# --------------------------------------------------------------------------------------
+
+
+def test_max_lens_forces_eos_at_limit():
+    table, bonus = random_tables(1, eos_bias=-30.0)  # EOS practically never chosen
+    limits = [1, 2, 5, 6]
+    out, count = decode("greedy", table, bonus, ROWS4, max_len=6, max_lens=limits)
+    s, _ = decode("sample", table, bonus, ROWS4, max_len=6, max_lens=limits, rngs=row_keys(3, 4))
+    for o in (out, s):
+        np.testing.assert_array_equal(o.lengths, limits)
+        for r, lim in enumerate(limits):
+            assert o.tokens[r, lim - 1] == EOS
+            assert EOS not in o.tokens[r, : lim - 1]
+            assert np.all(o.tokens[r, lim:] == PAD)
+    assert count == 6
+    # Beam search scores the forced EOS with its model log-prob, so here short hypotheses
+    # may win; every hypothesis still respects its row's limit and ends with EOS.
+    b, _ = beam(table, bonus, ROWS4, beam_size=2, max_len=6, n_best=2, max_lens=limits)
+    for r, lim in enumerate(limits):
+        valid = np.isfinite(b.scores[r])  # limit 1 has a single hypothesis: [EOS]
+        assert valid.sum() == (1 if lim == 1 else 2)
+        for i in np.flatnonzero(valid):
+            n = b.lengths[r, i]
+            assert 1 <= n <= lim and b.tokens[r, i, n - 1] == EOS
+            assert EOS not in b.tokens[r, i, : n - 1] and np.all(b.tokens[r, i, n:] == PAD)
+
+
+def test_min_len_forbids_early_eos():
+    table, bonus = random_tables(2, eos_bias=30.0)  # EOS practically always chosen
+    out, count = decode("greedy", table, bonus, ROWS4, max_len=6, min_len=0)
+    assert np.all(out.lengths == 1) and count == 1  # all rows done after one step
+    out, count = decode("greedy", table, bonus, ROWS4, max_len=6, min_len=3)
+    np.testing.assert_array_equal(out.lengths, [4, 4, 4, 4])
+    assert count == 4
+    assert np.all(out.tokens[:, 3] == EOS) and not np.any(out.tokens[:, :3] == EOS)
+    s, _ = decode("sample", table, bonus, ROWS4, max_len=6, min_len=3, rngs=row_keys(4, 4))
+    np.testing.assert_array_equal(s.lengths, [4, 4, 4, 4])
+    # The length limit wins over min_len.
+    out, _ = decode("greedy", table, bonus, ROWS4, max_len=6, min_len=3, max_lens=[2, 6, 6, 6])
+    np.testing.assert_array_equal(out.lengths, [2, 4, 4, 4])
+    b, _ = beam(table, bonus, ROWS4, beam_size=2, max_len=6, n_best=2, min_len=3)
+    assert np.all(b.lengths >= 4)
+
+
+def test_beam_loop_stops_early_when_all_finished():
+    table, bonus = random_tables(2, eos_bias=30.0)
+    b, count = beam(table, bonus, ROWS4, beam_size=2, max_len=6, n_best=1)
+    assert count == 1  # [EOS] cannot be beaten by any live beam after the first step
+    assert np.all(b.lengths[:, 0] == 1)
+
+
+# --------------------------------------------------------------------------------------
+# Sampling
+# --------------------------------------------------------------------------------------
+
+
+def test_sampling_reproducible_and_seed_dependent():
+    table, bonus = random_tables(3, scale=0.5)
+    rows = ROWS4
+    a, _ = decode("sample", table, bonus, rows, max_len=6, rngs=row_keys(0, 4))
+    b, _ = decode("sample", table, bonus, rows, max_len=6, rngs=row_keys(0, 4))
+    c, _ = decode("sample", table, bonus, rows, max_len=6, rngs=row_keys(1, 4))
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    assert not np.array_equal(a.tokens, c.tokens)
+    # Scores: log-probs under the sampled-from (here unfiltered) distribution.
+    for r in range(4):
+        seq = unpad(a.tokens[r], a.lengths[r])
+        lp = sum(
+            np_step_logp(table, bonus, rows[r], seq[:i])[tok] if i + 1 < 6 else 0.0
+            for i, tok in enumerate(seq)
+        )
+        np.testing.assert_allclose(a.scores[r], lp, rtol=1e-4, atol=1e-4)
+
+
+FIXED = np.log(np.array([0.02, 0.3, 0.03, 0.1, 0.35, 0.2], np.float32))
+
+
+@functools.cache
+def _fixed_sampler(**static):
+    def fn(tokens, step, cache):
+        return jnp.broadcast_to(jnp.asarray(FIXED), (tokens.shape[0], V)), cache
+
+    @jax.jit
+    def run(rngs):
+        cache = {"dummy": jnp.zeros((rngs.shape[0],))}
+        return decoding.sample(fn, cache, rngs=rngs, max_len=2, **static)
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "static",
+    [dict(), dict(temperature=0.7, top_k=4, top_p=0.8)],
+    ids=["plain", "filtered"],
+)
+def test_sampling_frequencies_match_filtered_distribution(static):
+    n = 4000
+    keys = row_keys(11, n)
+    if not static:
+        keys = jax.random.key_data(keys)  # raw uint32 [N, 2] keys work too
+    out = jax.tree.map(np.asarray, _fixed_sampler(**static)(keys))
+    filtered = np_filter(
+        FIXED, static.get("temperature", 1.0), static.get("top_k", 0), static.get("top_p", 1.0)
+    )
+    q = np_softmax(filtered)
+    counts = np.bincount(out.tokens[:, 0], minlength=V)
+    assert np.all(counts[q == 0] == 0), "filtered-out tokens must never be sampled"
+    expected = n * q[q > 0]
+    chi2 = np.sum((counts[q > 0] - expected) ** 2 / expected)
+    assert chi2 < 25.0, (counts, expected)  # df <= 5; p-value of 25 is ~1e-4
+    # Score = log q(first token), the forced EOS at the limit adds log 1 = 0.
+    np.testing.assert_allclose(out.scores, np.log(q[out.tokens[:, 0]]), rtol=1e-4, atol=1e-5)
+    if static:
+        assert (q > 0).sum() < 4  # the filters really cut something
+
+
+# --------------------------------------------------------------------------------------
+# Row independence
+# --------------------------------------------------------------------------------------
+
+
+def test_rows_independent_of_batch():
+    table, bonus = random_tables(5, eos_bias=-0.5, scale=1.0)
+    limits = [6, 2, 4, 3]
+    keys = row_keys(9, 4)
+    g4, _ = decode("greedy", table, bonus, ROWS4, max_len=6, max_lens=limits)
+    s4, _ = decode("sample", table, bonus, ROWS4, max_len=6, max_lens=limits, rngs=keys)
+    b4, _ = beam(table, bonus, ROWS4, beam_size=2, max_len=6, n_best=2, max_lens=limits)
+    for r in (0, 2):
+        g1, _ = decode("greedy", table, bonus, [r], max_len=6, max_lens=[limits[r]])
+        s1, _ = decode(
+            "sample", table, bonus, [r], max_len=6, max_lens=[limits[r]], rngs=keys[r : r + 1]
+        )
+        b1, _ = beam(table, bonus, [r], beam_size=2, max_len=6, n_best=2, max_lens=[limits[r]])
+        for one, many in ((g1, g4), (s1, s4), (b1, b4)):
+            np.testing.assert_array_equal(one.tokens[0], many.tokens[r])
+            np.testing.assert_array_equal(one.lengths[0], many.lengths[r])
+            np.testing.assert_allclose(one.scores[0], many.scores[r], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Beam search
+# --------------------------------------------------------------------------------------
+
+
+def test_beam_finds_known_best_where_greedy_fails():
+    # Hand-made garden path: greedy takes token 1 (p=.5) but [4, EOS] has p=.4*.9=.36,
+    # more than any continuation of 1 (<= .5 * .35 * .9 = .1575, the runner-up).
+    table = np.full((N_TABLES, T_MAX, V, V), -np.inf, np.float32)
+    bonus = np.zeros((V, V), np.float32)
+    p = {BOS: [0, 0.5, 0, 0.1, 0.4, 0], 1: [0, 0.35, 0, 0.3, 0.35, 0],
+         4: [0, 0.05, 0, 0.9, 0.05, 0], 5: [0, 0.3, 0, 0.4, 0.3, 0],
+         PAD: [0, 0.3, 0, 0.4, 0.3, 0]}  # fmt: skip
+    with np.errstate(divide="ignore"):
+        for cur, probs in p.items():
+            table[:, :, cur, :] = np.log(np.array(probs, np.float32))
+    g, _ = decode("greedy", table, bonus, ROWS4, max_len=6)
+    assert g.tokens[0, 0] == 1
+    b, _ = beam(table, bonus, ROWS4, beam_size=2, max_len=6, n_best=2)
+    assert unpad(b.tokens[0, 0], b.lengths[0, 0]) == [4, EOS]
+    np.testing.assert_allclose(b.scores[0, 0], np.log(0.36), rtol=1e-5)
+    assert unpad(b.tokens[0, 1], b.lengths[0, 1]) == [1, 4, EOS]  # .5 * .35 * .9 = .1575
+    np.testing.assert_allclose(b.scores[0, 1], np.log(0.1575), rtol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.5])
+def test_exhaustive_beam_equals_brute_force(alpha):
+    # beam 27 >= 3**3 keeps every hypothesis for max_len 4 (3 real tokens + EOS), so beam
+    # search (with early stopping) must return the brute-force n-best exactly.
+    table, bonus = random_tables(23, eos_bias=-1.0)
+    rows = [0, 1, 2]
+    out, _ = beam(table, bonus, rows, beam_size=27, max_len=4, n_best=3, alpha=alpha)
+    for r in rows:
+        best = np_brute_force(table, bonus, r, 4, alpha)[:3]
+        for i, (score, seq) in enumerate(best):
+            assert unpad(out.tokens[r, i], out.lengths[r, i]) == seq
+            np.testing.assert_allclose(out.scores[r, i], score, rtol=1e-5)
+    assert np.all(np.diff(out.scores, axis=1) <= 0)  # n-best sorted
+
+
+def test_brute_force_winners_depend_on_alpha_and_beat_greedy():
+    # Guards that the exhaustive test above covers the interesting cases.
+    table, bonus = random_tables(23, eos_bias=-1.0)
+    best0 = [np_brute_force(table, bonus, r, 4, 0.0)[0][1] for r in range(3)]
+    best15 = [np_brute_force(table, bonus, r, 4, 1.5)[0][1] for r in range(3)]
+    greedy = [np_greedy(table, bonus, r, 4)[0] for r in range(3)]
+    assert best0 != best15, "length penalty must change some winner"
+    assert best0 != greedy, "greedy must be sub-optimal for some row"
+
+
+@pytest.mark.parametrize("beam_size,n_best", [(2, 1), (3, 3)])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_early_stopping_matches_reference_without_early_stop(beam_size, n_best, alpha):
+    table, bonus = random_tables(20 + beam_size, eos_bias=0.5)
+    limits = [6, 3, 5, 2]
+    for min_len in (0, 2):
+        out, _ = beam(
+            table,
+            bonus,
+            ROWS4,
+            beam_size=beam_size,
+            max_len=6,
+            n_best=n_best,
+            max_lens=limits,
+            min_len=min_len,
+            alpha=alpha,
+        )
+        for r in ROWS4:
+            ref = np_beam(table, bonus, r, beam_size, limits[r], alpha, n_best, min_len)
+            for i, (score, seq) in enumerate(ref):
+                assert unpad(out.tokens[r, i], out.lengths[r, i]) == seq
+                np.testing.assert_allclose(out.scores[r, i], score, rtol=1e-5, atol=1e-6)
+
+
+def test_beam_argument_checks():
+    table, bonus = random_tables(0)
+    fn, cache = markov_fn(table, bonus), init_cache([0, 1])
+    with pytest.raises(ValueError, match="n_best"):
+        decoding.beam_search(fn, cache, batch_size=1, beam_size=2, max_len=3, n_best=3)
+    with pytest.raises(ValueError, match="rows"):
+        decoding.beam_search(fn, cache, batch_size=2, beam_size=2, max_len=3)
+
+
+def test_expand_to_beams_layout():
+    tree = {"a": jnp.arange(3), "b": jnp.arange(6).reshape(3, 2)}
+    out = decoding.expand_to_beams(tree, 2)
+    np.testing.assert_array_equal(out["a"], [0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(out["b"][2:4], [[2, 3], [2, 3]])

@@ -1,0 +1,133 @@
+"""Tokenizer: special ids, round trip, decode rules, shared/separate vocab files reused."""
+
+import os
+
+import pytest
+
+from configs.base import get_base_config
+from transformer.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    build_tokenizers,
+)
+from transformer.errors import UserError
+
+EN = [
+    f"the {a} {b} sees the {c} house number {i}"
+    for i, (a, b, c) in enumerate(
+        [("big", "dog", "red"), ("small", "cat", "blue"), ("old", "man", "green")] * 20
+    )
+]
+DE = [
+    f"der {a} {b} sieht das {c} Haus Nummer {i}"
+    for i, (a, b, c) in enumerate(
+        [("große", "Hund", "rote"), ("kleine", "Katze", "blaue"), ("alte", "Mann", "grüne")] * 20
+    )
+]
+PAIRS = list(zip(EN, DE, strict=True))
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_special_ids_and_round_trip(tmp_path, model_type):
+    tok = Tokenizer.train(EN + DE, str(tmp_path / "m.model"), 200, model_type=model_type)
+    assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert tok.id_to_piece(PAD_ID) == "<pad>" and tok.id_to_piece(UNK_ID) == "<unk>"
+    assert tok.id_to_piece(BOS_ID) == "<s>" and tok.id_to_piece(EOS_ID) == "</s>"
+    text = "the small cat sees the red house number 7"
+    ids = tok.encode(text)
+    assert ids and not set(ids) & {PAD_ID, BOS_ID, EOS_ID}
+    assert tok.decode(ids) == text
+    # decode stops at EOS and ignores pad / bos / out-of-range ids
+    assert tok.decode([BOS_ID, *ids, EOS_ID, *tok.encode("der Hund"), PAD_ID]) == text
+    assert tok.decode([*ids, PAD_ID, PAD_ID, 10**6]) == text
+    assert tok.encode_batch([text, "der Hund"]) == [ids, tok.encode("der Hund")]
+    loaded = Tokenizer.load(tok.path)
+    assert loaded.vocab_size == tok.vocab_size and loaded.encode(text) == ids
+
+
+def test_training_is_deterministic_and_limited(tmp_path):
+    a = Tokenizer.train(EN + DE, None, 120, max_sentences=30)
+    b = Tokenizer.train(iter(EN + DE), None, 120, max_sentences=30)
+    assert a.model_proto == b.model_proto
+    c = Tokenizer.train(EN + DE, None, 120)
+    assert c.model_proto != a.model_proto  # more sentences -> another model
+
+
+def test_train_from_file(tmp_path):
+    f = tmp_path / "text.txt"
+    f.write_text("\n".join(EN) + "\n")
+    tok = Tokenizer.train(f, None, 100)
+    assert tok.decode(tok.encode(EN[0])) == EN[0]
+
+
+def _data_config(**kw):
+    cfg = get_base_config().data
+    cfg.name = "parallel_text"
+    for k, v in kw.items():
+        cfg[k] = v
+    return cfg
+
+
+def test_shared_vocab_saved_and_reused(tmp_path):
+    calls = []
+
+    def texts():
+        calls.append(1)
+        return PAIRS
+
+    src, tgt = build_tokenizers(_data_config(), 300, str(tmp_path), texts)
+    assert src is tgt and calls == [1]
+    path = tmp_path / "vocab" / "shared.model"
+    assert path.is_file() and src.path == str(path)
+    assert src.encode("Katze") and src.decode(src.encode("grüne Katze")) == "grüne Katze"
+    mtime = os.stat(path).st_mtime_ns
+    src2, tgt2 = build_tokenizers(_data_config(), 300, str(tmp_path), texts)
+    assert calls == [1]  # reused, train texts not even loaded
+    assert src2 is tgt2 and src2.model_proto == src.model_proto
+    assert os.stat(path).st_mtime_ns == mtime
+    with pytest.raises(UserError, match="trained with other settings"):
+        build_tokenizers(_data_config(vocab_type="bpe"), 300, str(tmp_path), texts)
+
+
+def test_separate_vocab_saved_and_reused(tmp_path):
+    src, tgt = build_tokenizers(_data_config(shared_vocab=False), 300, str(tmp_path), PAIRS)
+    assert src is not tgt
+    assert (tmp_path / "vocab" / "source.model").is_file()
+    assert (tmp_path / "vocab" / "target.model").is_file()
+    assert not (tmp_path / "vocab" / "shared.model").exists()
+    assert src.model_proto != tgt.model_proto
+    src2, tgt2 = build_tokenizers(_data_config(shared_vocab=False), 300, str(tmp_path), None)
+    assert src2.model_proto == src.model_proto and tgt2.model_proto == tgt.model_proto
+
+
+def test_vocab_path(tmp_path):
+    tok = Tokenizer.train(EN + DE, str(tmp_path / "given.model"), 300)
+    src, tgt = build_tokenizers(_data_config(vocab_path=tok.path), 300, str(tmp_path / "w"), None)
+    assert src is tgt and src.model_proto == tok.model_proto
+    assert not (tmp_path / "w" / "vocab").exists()
+    with pytest.raises(UserError, match="model.vocab_size"):
+        build_tokenizers(_data_config(vocab_path=tok.path), 10, str(tmp_path / "w"), None)
+    with pytest.raises(UserError, match="does not exist"):
+        build_tokenizers(_data_config(vocab_path=str(tmp_path / "nope.model")), 300, "w", None)
+
+
+def test_foreign_special_ids_rejected(tmp_path):
+    import io
+
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(EN),
+        model_writer=buf,
+        vocab_size=60,
+        minloglevel=2,
+        hard_vocab_limit=False,
+    )  # default ids: unk=0, bos=1, eos=2, no pad
+    (tmp_path / "x.model").write_bytes(buf.getvalue())
+    with pytest.raises(UserError, match="pad=0, unk=1, bos=2, eos=3") as e:
+        Tokenizer.load(str(tmp_path / "x.model"))
+    assert "\n" not in str(e.value) and "x.model" in str(e.value)

@@ -1,0 +1,132 @@
+"""Orbax checkpoints of the train state, data-iterator state and run metadata.
+
+Saves are asynchronous and atomic: Orbax writes into a temporary directory and renames it
+when complete, so a save killed half-way never spoils an earlier checkpoint. Retention keeps
+the `keep` most recent checkpoints plus the best one by validation BLEU.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
+
+from transformer.errors import UserError
+
+
+class Checkpointer:
+    def __init__(self, workdir: str, *, keep: int = 3, read_only: bool = False):
+        self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+        if read_only and not os.path.isdir(self.directory):
+            raise UserError(
+                f"no checkpoints in {self.directory}; train first with "
+                f"python train.py --config CONFIG --workdir {workdir}"
+            )
+        policy = policies.AnyPreservationPolicy(
+            [
+                policies.LatestN(n=max(keep, 1)),
+                policies.BestN(
+                    get_metric_fn=lambda m: m["bleu"], n=1, keep_checkpoints_without_metrics=False
+                ),
+            ]
+        )
+        options = ocp.CheckpointManagerOptions(
+            preservation_policy=policy,
+            create=not read_only,
+            enable_async_checkpointing=True,
+            read_only=read_only,
+        )
+        try:
+            self.manager = ocp.CheckpointManager(
+                self.directory, options=options, item_names=("state", "data", "meta")
+            )
+        except (PermissionError, OSError) as e:
+            raise UserError(
+                f"cannot use checkpoint directory {self.directory} ({e.strerror or e}); "
+                f"choose a writable --workdir"
+            ) from None
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def best_step(self) -> int | None:
+        return self.manager.best_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(self, step: int, state: Any, data_state: dict, meta: dict, bleu: float | None):
+        metrics = None if bleu is None else {"bleu": float(bleu)}
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            data=ocp.args.JsonSave(data_state),
+            meta=ocp.args.JsonSave(meta),
+        )
+        try:
+            self.manager.save(step, args=args, metrics=metrics, force=True)
+        except OSError as e:
+            raise UserError(_save_error(self.directory, step, e)) from None
+
+    def wait(self):
+        """Blocks until the pending asynchronous save is complete (errors surface here)."""
+        try:
+            self.manager.wait_until_finished()
+        except OSError as e:
+            raise UserError(_save_error(self.directory, self.latest_step(), e)) from None
+
+    def resolve_step(self, which: str | int | None) -> int:
+        """'latest' | 'best' | a step number -> an existing step, or a one-line error."""
+        steps = self.all_steps()
+        if not steps:
+            raise UserError(f"no checkpoint in {self.directory}; train first (train.py)")
+        if which in (None, "latest"):
+            return steps[-1]
+        if which == "best":
+            best = self.best_step()
+            if best is None:
+                raise UserError(
+                    f"no checkpoint in {self.directory} has a validation BLEU yet; "
+                    f"use --checkpoint=latest"
+                )
+            return best
+        try:
+            step = int(which)
+        except ValueError:
+            raise UserError(f"--checkpoint={which!r}: use latest, best or a step number") from None
+        if step not in steps:
+            raise UserError(f"no checkpoint at step {step} in {self.directory}; have {steps}")
+        return step
+
+    def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict, dict]:
+        """Restores (state, data_state, meta) at `step` into the structure of abstract_state."""
+        args = ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state),
+            data=ocp.args.JsonRestore(),
+            meta=ocp.args.JsonRestore(),
+        )
+        try:
+            restored = self.manager.restore(step, args=args)
+        except (ValueError, KeyError) as e:
+            raise UserError(
+                f"checkpoint {self.directory}/{step} does not match the model config "
+                f"({_first_line(e)}); use the config the run was trained with"
+            ) from None
+        return restored.state, restored.data, restored.meta
+
+    def close(self):
+        self.manager.close()
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+def _save_error(directory: str, step, e: OSError) -> str:
+    reason = e.strerror or str(e)
+    return (
+        f"saving checkpoint {step} in {directory} failed ({reason}); earlier checkpoints are "
+        f"intact; free disk space or choose a writable --workdir, then rerun to resume"
+    )

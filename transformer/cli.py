@@ -1,0 +1,81 @@
+"""Shared plumbing of the command-line front ends: one-line errors and multi-host flags."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+from transformer.errors import UserError
+
+
+def distributed_flags():
+    flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
+    flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
+    flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
+    flags.DEFINE_bool(
+        "distributed", False, "Call jax.distributed.initialize() with the cluster's settings."
+    )
+
+
+def initialize_distributed(FLAGS) -> None:  # noqa: N803 - absl's FLAGS object
+    import jax
+
+    given = [FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id]
+    if any(v is not None for v in given):
+        if any(v is None for v in given):
+            raise UserError(
+                "multi-process runs need all of --coordinator_address, --num_processes and "
+                "--process_id (or --distributed to read them from the cluster)"
+            )
+        if os.environ.get("JAX_PLATFORMS", "") in ("", "cpu"):
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            coordinator_address=FLAGS.coordinator_address,
+            num_processes=FLAGS.num_processes,
+            process_id=FLAGS.process_id,
+        )
+    elif FLAGS.distributed:
+        jax.distributed.initialize()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _parse_flags(argv):
+    """absl flag parsing with one-line errors (exit 2) instead of usage dumps or tracebacks."""
+    try:
+        return flags.FLAGS(argv)
+    except (AttributeError, KeyError) as e:  # ml_collections: an unknown --config.* key
+        message = f"unknown config key {_one_line(e)} in a --config.* override; see configs/base.py"
+    except Exception as e:  # noqa: BLE001 - flags.Error, bad values, unloadable config file
+        message = _one_line(e)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load_config_flag(name: str = "config"):
+    """The config of a DEFINE_config_file flag; an unloadable file is a UserError."""
+    try:
+        config = getattr(flags.FLAGS, name)
+        list(config)  # ml_collections defers load errors to first use
+    except OSError as e:
+        raise UserError(f"cannot load --{name}: {_one_line(e)}") from None
+    return config
+
+
+def run_cli(main) -> None:
+    """absl's app.run with user errors as one line `error: ...` and exit status 2."""
+
+    def wrapped(argv):
+        if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
+            logging.set_verbosity(logging.WARNING)  # Orbax/TFDS info chatter off by default
+        try:
+            main(argv)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    app.run(wrapped, flags_parser=_parse_flags)

@@ -1,0 +1,395 @@
+"""SentencePiece tokenizers with fixed special ids, trained in-process and kept in the workdir.
+
+Special ids are the same in every vocabulary this code trains or accepts:
+``PAD_ID=0`` (padding, never produced by `encode`), ``UNK_ID=1``, ``BOS_ID=2``, ``EOS_ID=3``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+import sentencepiece as spm
+from absl import logging
+
+from transformer.errors import UserError
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+MODEL_TYPES = ("unigram", "bpe")
+VOCAB_DIR = "vocab"
+# Sentences longer than this (in bytes) are ignored by SentencePiece training.
+_MAX_SENTENCE_BYTES = 1 << 14
+
+
+class Tokenizer:
+    """A SentencePiece model with ``pad=0, unk=1, bos=2, eos=3``.
+
+    `encode` returns ids without BOS/EOS; `decode` stops at the first EOS and ignores PAD
+    and BOS (and ids outside the vocabulary, which a model whose ``vocab_size`` is larger
+    than the tokenizer's can emit).
+    """
+
+    def __init__(self, model_proto: bytes, path: str | None = None):
+        self._proto = bytes(model_proto)
+        self.path = path
+        self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
+        where = path or "the SentencePiece model"
+        got = {
+            "pad": self._sp.pad_id(),
+            "unk": self._sp.unk_id(),
+            "bos": self._sp.bos_id(),
+            "eos": self._sp.eos_id(),
+        }
+        if got != SPECIAL_IDS:
+            raise UserError(
+                f"{where} has special ids {got}, but this code needs pad=0, unk=1, bos=2, "
+                "eos=3; retrain it with pad_id=0 unk_id=1 bos_id=2 eos_id=3 (or clear "
+                "data.vocab_path to train one)"
+            )
+
+    # -- construction -----------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str) -> Tokenizer:
+        """Loads a ``.model`` file; `UserError` if missing, unreadable or wrong special ids."""
+        path = os.path.abspath(os.path.expanduser(path))
+        if not os.path.isfile(path):
+            raise UserError(f"SentencePiece model {path} does not exist; check data.vocab_path")
+        with open(path, "rb") as f:
+            proto = f.read()
+        try:
+            return cls(proto, path=path)
+        except UserError:
+            raise
+        except Exception as e:  # sentencepiece raises RuntimeError/OSError on bad protos
+            raise UserError(
+                f"{path} is not a valid SentencePiece model ({type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+            ) from None
+
+    @classmethod
+    def train(
+        cls,
+        sentences_or_files: Iterable[str] | str | os.PathLike | Sequence[os.PathLike],
+        model_path: str | None,
+        vocab_size: int,
+        model_type: str = "unigram",
+        max_sentences: int | None = None,
+        num_threads: int | None = None,
+    ) -> Tokenizer:
+        """Trains a model in-process and (if ``model_path``) writes it there atomically.
+
+        Args:
+          sentences_or_files: an iterable of sentences, or a file path (``str`` /
+            ``os.PathLike``), or a list of ``os.PathLike`` files (one sentence per line).
+          model_path: where to write the ``.model`` file (``None``: keep it in memory).
+          vocab_size: the requested vocabulary size; a soft limit (``hard_vocab_limit``
+            is off), so small corpora give smaller vocabularies instead of failing.
+          model_type: ``'unigram'`` or ``'bpe'``.
+          max_sentences: use at most this many (non-empty) sentences.
+          num_threads: training threads (default: CPU count, at most 16). The result does
+            not depend on it.
+        """
+        if model_type not in MODEL_TYPES:
+            raise UserError(
+                f"data.vocab_type={model_type!r} is not one of {', '.join(MODEL_TYPES)}"
+            )
+        if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_IDS):
+            raise UserError(f"vocab_size={vocab_size!r} must be an integer > 4 (model.vocab_size)")
+        sentences = _sentence_stream(sentences_or_files, max_sentences)
+        seen = [0]
+
+        def counted():
+            for s in sentences:
+                seen[0] += 1
+                yield s
+
+        buf = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=counted(),
+                model_writer=buf,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                pad_piece="<pad>",
+                unk_piece="<unk>",
+                bos_piece="<s>",
+                eos_piece="</s>",
+                character_coverage=1.0,
+                hard_vocab_limit=False,
+                input_sentence_size=0,
+                shuffle_input_sentence=False,
+                max_sentence_length=_MAX_SENTENCE_BYTES,
+                num_threads=num_threads or max(1, min(16, os.cpu_count() or 1)),
+                minloglevel=2,
+            )
+        except RuntimeError as e:
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            if seen[0] == 0:
+                raise UserError(
+                    "no non-empty sentences to train the SentencePiece vocabulary on; check "
+                    "the training split"
+                ) from None
+            raise UserError(
+                f"SentencePiece training on {seen[0]} sentences failed: {msg}; a smaller "
+                "model.vocab_size or more data usually fixes it"
+            ) from None
+        tok = cls(buf.getvalue())
+        if model_path:
+            tok.save(model_path)
+        logging.info(
+            "trained a %s SentencePiece vocabulary of %d pieces on %d sentences%s",
+            model_type,
+            tok.vocab_size,
+            seen[0],
+            f" -> {tok.path}" if tok.path else "",
+        )
+        return tok
+
+    def save(self, path: str) -> None:
+        """Writes the model to ``path`` atomically (safe with several processes)."""
+        path = os.path.abspath(os.path.expanduser(path))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(self._proto)
+        os.replace(tmp, path)
+        self.path = path
+
+    # -- use --------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    @property
+    def model_proto(self) -> bytes:
+        return self._proto
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the serialized model (changes iff the vocabulary changes)."""
+        return hashlib.sha1(self._proto).hexdigest()[:16]
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self._sp.id_to_piece(int(token_id))
+
+    def piece_to_id(self, piece: str) -> int:
+        return self._sp.piece_to_id(piece)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no BOS/EOS)."""
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
+        """`encode` for many texts, using SentencePiece's thread pool."""
+        if not texts:
+            return []
+        return self._sp.encode(list(texts), num_threads=num_threads)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``: stops at the first EOS, skips PAD, BOS and out-of-range ids."""
+        keep = []
+        n = self.vocab_size
+        for i in np.asarray(list(ids) if not hasattr(ids, "__array__") else ids).reshape(-1):
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i in (PAD_ID, BOS_ID) or not 0 <= i < n:
+                continue
+            keep.append(i)
+        return self._sp.decode(keep)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self.path or '<in memory>'}, vocab_size={self.vocab_size})"
+
+
+def _sentence_stream(sentences_or_files, max_sentences: int | None):
+    if isinstance(sentences_or_files, (str, os.PathLike)):
+        files = [sentences_or_files]
+    elif (
+        isinstance(sentences_or_files, (list, tuple))
+        and sentences_or_files
+        and all(isinstance(x, os.PathLike) for x in sentences_or_files)
+    ):
+        files = list(sentences_or_files)
+    else:
+        files = None
+
+    def from_files():
+        for filename in files:
+            if not os.path.isfile(filename):
+                raise UserError(f"{filename} does not exist (tokenizer training input)")
+            with open(filename, encoding="utf-8", errors="replace") as f:
+                yield from f
+
+    count = 0
+    for s in from_files() if files is not None else sentences_or_files:
+        s = s.strip()
+        if not s:
+            continue
+        if max_sentences is not None and count >= max_sentences:
+            return
+        count += 1
+        yield s
+
+
+# --------------------------------------------------------------------------------------
+# Per-run tokenizers.
+# --------------------------------------------------------------------------------------
+
+
+def _sample_indices(n: int, k: int, seed: int = 0) -> np.ndarray:
+    """``k`` of ``range(n)``, spread over the whole split, sorted (all if ``k >= n``)."""
+    if k >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
+
+
+def _check_size(tok: Tokenizer, vocab_size: int, where: str) -> Tokenizer:
+    if tok.vocab_size > vocab_size:
+        raise UserError(
+            f"{where} has {tok.vocab_size} pieces but model.vocab_size={vocab_size}; raise "
+            f"model.vocab_size to at least {tok.vocab_size} or use another vocabulary"
+        )
+    return tok
+
+
+def _load_or_train(
+    model_path: str, spec: dict, vocab_size: int, texts: Callable[[], Iterable[str]]
+) -> Tokenizer:
+    """Reuses ``model_path`` if it was trained with ``spec``; else trains and writes it."""
+    spec_path = model_path[: -len(".model")] + ".json"
+    if os.path.isfile(model_path):
+        if os.path.isfile(spec_path):
+            with open(spec_path) as f:
+                old = json.load(f)
+            changed = {k: (old.get(k), v) for k, v in spec.items() if old.get(k) != v}
+            if changed:
+                what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+                raise UserError(
+                    f"{model_path} was trained with other settings ({what}); use a new "
+                    f"workdir or delete {os.path.dirname(model_path)} to retrain the vocabulary"
+                )
+        logging.info("reusing vocabulary %s", model_path)
+        return _check_size(Tokenizer.load(model_path), vocab_size, model_path)
+    tok = Tokenizer.train(
+        texts(), None, vocab_size, model_type=spec["vocab_type"], max_sentences=None
+    )
+    tmp = f"{spec_path}.tmp-{os.getpid()}"
+    os.makedirs(os.path.dirname(model_path), exist_ok=True)
+    with open(tmp, "w") as f:
+        json.dump(spec, f, sort_keys=True)
+    os.replace(tmp, spec_path)
+    tok.save(model_path)
+    return tok
+
+
+def build_tokenizers(
+    data_config,
+    vocab_size: int,
+    workdir: str,
+    train_texts: Sequence[tuple[str, str]] | Callable[[], Sequence[tuple[str, str]]],
+) -> tuple[Tokenizer, Tokenizer]:
+    """Returns ``(source_tokenizer, target_tokenizer)`` for a run.
+
+    * ``data.vocab_path`` set: one ``.model`` path (used for both sides) or two paths
+      separated by a comma (``source.model,target.model``).
+    * otherwise, ``data.shared_vocab=True`` (default): one model trained on the source and
+      target text of the training split, saved as ``<workdir>/vocab/shared.model`` and
+      returned as the same object for both sides; ``False``: ``source.model`` and
+      ``target.model`` trained separately.
+    Existing models in ``<workdir>/vocab`` are reused (resume, eval, decode), after checking
+    that they were trained with the same vocab_type / vocab_size / data (else `UserError`).
+
+    Args:
+      data_config: ``config.data`` (uses vocab_path, shared_vocab, vocab_type,
+        vocab_train_sentences, name, source_lang, target_lang, reverse).
+      vocab_size: ``config.model.vocab_size`` (requested size; an upper bound).
+      workdir: the run's directory.
+      train_texts: the training split as ``(source, target)`` pairs (e.g. from
+        `transformer.data.sources.load_split`), or a zero-argument callable returning it,
+        called only if a vocabulary has to be trained.
+    """
+    if data_config.vocab_path:
+        paths = [p.strip() for p in str(data_config.vocab_path).split(",")]
+        if len(paths) == 1:
+            tok = _check_size(Tokenizer.load(paths[0]), vocab_size, paths[0])
+            return tok, tok
+        if len(paths) != 2 or not all(paths):
+            raise UserError(
+                f"data.vocab_path={data_config.vocab_path!r} must be one .model path or two "
+                "separated by a comma (source,target)"
+            )
+        return tuple(_check_size(Tokenizer.load(p), vocab_size, p) for p in paths)
+    if not workdir:
+        raise UserError("a workdir is needed to store the trained vocabulary (or set vocab_path)")
+    vocab_dir = os.path.join(os.path.abspath(os.path.expanduser(workdir)), VOCAB_DIR)
+    limit = int(data_config.vocab_train_sentences)
+    if limit <= 0:
+        raise UserError(f"data.vocab_train_sentences={limit} must be positive")
+    pairs_cache = []
+
+    def pairs():
+        if not pairs_cache:
+            pairs_cache.append(train_texts() if callable(train_texts) else train_texts)
+        return pairs_cache[0]
+
+    def texts(sides: tuple[int, ...], max_sentences: int):
+        def gen():
+            data = pairs()
+            idx = _sample_indices(len(data), max(1, max_sentences // len(sides)))
+            get_many = getattr(data, "get_many", None)
+            for start in range(0, len(idx), 10_000):
+                chunk = idx[start : start + 10_000]
+                batch = get_many(chunk) if get_many else [data[int(i)] for i in chunk]
+                for pair in batch:
+                    for side in sides:
+                        yield pair[side]
+
+        return gen
+
+    base_spec = {
+        "vocab_size": int(vocab_size),
+        "vocab_type": data_config.vocab_type,
+        "vocab_train_sentences": limit,
+        "data": data_config.name,
+        "languages": [data_config.source_lang, data_config.target_lang],
+    }
+    if data_config.shared_vocab:
+        spec = dict(base_spec, side="shared")
+        tok = _load_or_train(
+            os.path.join(vocab_dir, "shared.model"), spec, vocab_size, texts((0, 1), limit)
+        )
+        return tok, tok
+    # Source/target are named by direction; with reverse=True the languages swap roles.
+    src_lang, tgt_lang = (
+        (data_config.target_lang, data_config.source_lang)
+        if data_config.reverse
+        else (data_config.source_lang, data_config.target_lang)
+    )
+    src = _load_or_train(
+        os.path.join(vocab_dir, "source.model"),
+        dict(base_spec, side="source", language=src_lang),
+        vocab_size,
+        texts((0,), limit),
+    )
+    tgt = _load_or_train(
+        os.path.join(vocab_dir, "target.model"),
+        dict(base_spec, side="target", language=tgt_lang),
+        vocab_size,
+        texts((1,), limit),
+    )
+    return src, tgt

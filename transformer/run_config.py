@@ -1,0 +1,144 @@
+"""Run configs: validation against the base config, and the copy saved in each workdir."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import ml_collections
+
+from transformer.config import ModelConfig
+from transformer.errors import UserError
+from transformer.optim import SCHEDULES
+from transformer.parallel import PARALLELISMS
+
+CONFIG_FILE = "config.json"
+SECTIONS = ("model", "data", "train", "decode")
+
+
+def _base():
+    from configs.base import get_base_config  # the repository's configs/ package
+
+    return get_base_config()
+
+
+def validate(config: ml_collections.ConfigDict) -> ModelConfig:
+    """Rejects unknown sections/keys and invalid values with one-line errors; returns the
+    ModelConfig. Runs before any work starts."""
+    base = _base()
+    for section in config:
+        if section not in SECTIONS:
+            raise UserError(f"unknown config section {section!r}; valid: {', '.join(SECTIONS)}")
+    for section in SECTIONS:
+        if section not in config:
+            raise UserError(f"config has no {section!r} section; start from configs/base.py")
+        unknown = sorted(set(config[section]) - set(base[section]))
+        if unknown:
+            raise UserError(
+                f"unknown config key(s) {', '.join(f'{section}.{k}' for k in unknown)}; "
+                f"valid keys: {', '.join(sorted(base[section]))}"
+            )
+    try:
+        model_cfg = ModelConfig.from_dict(config.model)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"config.model: {e}") from None
+    t = config.train
+    if t.schedule not in SCHEDULES:
+        raise UserError(f"unknown train.schedule {t.schedule!r}; valid: {', '.join(SCHEDULES)}")
+    if t.parallelism not in PARALLELISMS:
+        raise UserError(
+            f"unknown train.parallelism {t.parallelism!r}; valid: {', '.join(PARALLELISMS)}"
+        )
+    for name in ("num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
+                 "grad_accum_steps", "batch_size"):  # fmt: skip
+        if not isinstance(t[name], int) or t[name] < 1:
+            raise UserError(f"train.{name} must be a positive integer, got {t[name]!r}")
+    if t.batch_size % t.grad_accum_steps:
+        raise UserError(
+            f"train.batch_size={t.batch_size} must be divisible by "
+            f"train.grad_accum_steps={t.grad_accum_steps}"
+        )
+    if not 0 <= t.label_smoothing < 1:
+        raise UserError(f"train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
+    if not 0 <= t.scheduled_sampling_rate <= 1:
+        raise UserError(
+            f"train.scheduled_sampling_rate must be in [0, 1], got {t.scheduled_sampling_rate}"
+        )
+    if t.learning_rate <= 0:
+        raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
+    if config.model.share_embeddings and not config.data.shared_vocab:
+        raise UserError(
+            "model.share_embeddings=True needs data.shared_vocab=True (one vocabulary); "
+            "set one of them differently"
+        )
+    from transformer.translate import DecodeSettings
+
+    DecodeSettings.from_config(config.decode)
+    return model_cfg
+
+
+def save(config: ml_collections.ConfigDict, workdir: str) -> None:
+    path = os.path.join(workdir, CONFIG_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(config.to_json(indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def load(workdir: str) -> ml_collections.ConfigDict:
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise UserError(
+            f"{path} not found: {workdir} is not a training workdir; train first with "
+            f"python train.py --config CONFIG --workdir {workdir}"
+        )
+    with open(path) as f:
+        values = json.load(f)
+    config = _base()
+    for section, fields in values.items():
+        for key, value in fields.items():
+            if section in config and key in config[section]:
+                setattr(config[section], key, value)
+    return config
+
+
+def check_same_model(config, workdir: str) -> None:
+    """On resume, the model section must match the one the checkpoints were trained with."""
+    if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+        return
+    saved = load(workdir).model
+    diffs = [f"{k}: {saved[k]!r} -> {config.model[k]!r}" for k in config.model
+             if saved.get(k) != config.model[k]]  # fmt: skip
+    if diffs:
+        raise UserError(
+            f"the model config differs from the one {workdir} was trained with "
+            f"({'; '.join(diffs)}); use a new --workdir or the original model settings"
+        )
+
+
+def apply_overrides(config, overrides: list[str]) -> None:
+    """`section.key=value` strings (eval.py/decode.py `--config.decode.x=...`)."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        section, _, field = key.partition(".")
+        if section not in config or field not in config[section]:
+            raise UserError(f"unknown config key {key!r}; valid sections: {', '.join(SECTIONS)}")
+        old = config[section][field]
+        config[section][field] = _parse_like(value, old, key)
+
+
+def _parse_like(value: str, old, key: str):
+    try:
+        if isinstance(old, bool):
+            if value.lower() in ("true", "1", "yes"):
+                return True
+            if value.lower() in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if isinstance(old, int):
+            return int(value)
+        if isinstance(old, float):
+            return float(value)
+    except ValueError:
+        raise UserError(f"--config.{key}={value!r}: expected a {type(old).__name__}") from None
+    return value
