@@ -44,9 +44,13 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _parse_flags(argv):
+def _parse_flags(argv, keep_config_overrides=False):
     """absl flag parsing with one-line errors (exit 2) instead of usage dumps or tracebacks."""
     try:
+        if keep_config_overrides:
+            overrides = [a for a in argv[1:] if a.startswith("--config.")]
+            rest = [a for a in argv if not a.startswith("--config.")]
+            return flags.FLAGS(rest) + overrides
         return flags.FLAGS(argv)
     except (AttributeError, KeyError) as e:  # ml_collections: an unknown --config.* key
         message = f"unknown config key {_one_line(e)} in a --config.* override; see configs/base.py"
@@ -66,8 +70,17 @@ def load_config_flag(name: str = "config"):
     return config
 
 
-def run_cli(main) -> None:
-    """absl's app.run with user errors as one line `error: ...` and exit status 2."""
+def config_override_args(argv) -> list[str]:
+    """`--config.section.key=value` arguments left over by absl (eval.py, decode.py)."""
+    return [a[len("--config.") :] for a in argv[1:] if a.startswith("--config.")]
+
+
+def run_cli(main, *, config_overrides: bool = False) -> None:
+    """absl's app.run with user errors as one line `error: ...` and exit status 2.
+
+    config_overrides: leave `--config.section.key=value` arguments in argv for main (the
+    front ends that restore a run's saved config and apply overrides to it).
+    """
 
     def wrapped(argv):
         if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
@@ -78,4 +91,7 @@ def run_cli(main) -> None:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
 
-    app.run(wrapped, flags_parser=_parse_flags)
+    app.run(
+        wrapped,
+        flags_parser=lambda argv: _parse_flags(argv, keep_config_overrides=config_overrides),
+    )

@@ -1,0 +1,188 @@
+"""Cached decoding against the full forward pass, batch independence, eval.py and decode.py."""
+
+import itertools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tests.helpers import run, tiny_config
+from transformer import ModelConfig, Transformer
+from transformer.config import NORM_POSITIONS, POSITIONS
+from transformer.steps import init_state
+from transformer.translate import DecodeSettings, Translator
+
+SRC = jnp.array([[5, 6, 7, 8, 9, 3, 0, 0], [10, 11, 3, 0, 0, 0, 0, 0]], jnp.int32)
+TGT_IN = jnp.array([[2, 12, 13, 14, 15, 16], [2, 17, 18, 19, 20, 21]], jnp.int32)
+
+
+def cached_logits(model, src, tgt_in):
+    """Feeds tgt_in one token at a time through the KV cache; returns [B, T, V]."""
+    segments = (src != 0).astype(jnp.int32)
+    encoded = model.encode(src, src_segments=segments)
+    cross = model.cross_kv(encoded)
+    cache = model.init_cache(src.shape[0], tgt_in.shape[1] + 2)
+    steps = []
+    for i in range(tgt_in.shape[1]):
+        logits, cache = model.decode(
+            None, segments, tgt_in[:, i : i + 1], cross_kv=cross, cache=cache,
+            cache_index=jnp.int32(i),
+        )  # fmt: skip
+        steps.append(logits)
+    return jnp.concatenate(steps, axis=1)
+
+
+@pytest.mark.parametrize(
+    "position,norm_position", list(itertools.product(POSITIONS, NORM_POSITIONS))
+)
+def test_cached_decoding_equals_teacher_forcing(position, norm_position):
+    cfg = ModelConfig(vocab_size=30, d_model=16, num_heads=4, num_encoder_layers=1,
+                      num_decoder_layers=2, d_ff=32, max_len=16, dropout_rate=0.0,
+                      position=position, norm_position=norm_position)  # fmt: skip
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(
+        cached_logits(model, SRC, TGT_IN), model(SRC, TGT_IN), atol=2e-5, rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 2, 1], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_cached_decoding_with_grouped_heads(num_kv_heads, position):
+    cfg = ModelConfig(vocab_size=30, d_model=16, num_heads=4, num_kv_heads=num_kv_heads,
+                      num_encoder_layers=1, num_decoder_layers=2, d_ff=32, max_len=16,
+                      dropout_rate=0.0, position=position)  # fmt: skip
+    model = Transformer(cfg, rngs=nnx.Rngs(1))
+    assert model.init_cache(2, 8)[0]["k"].shape == (2, cfg.kv_heads, 8, cfg.head_dim)
+    np.testing.assert_allclose(
+        cached_logits(model, SRC, TGT_IN), model(SRC, TGT_IN), atol=2e-5, rtol=1e-5
+    )
+
+
+class IdTokenizer:
+    """Whitespace-separated integers <-> ids (a stand-in for SentencePiece)."""
+
+    vocab_size = 30
+
+    def encode_batch(self, texts):
+        return [[int(t) for t in text.split()] for text in texts]
+
+    def decode(self, ids):
+        return " ".join(str(i) for i in ids)
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    cfg = ModelConfig(vocab_size=30, d_model=16, num_heads=4, num_encoder_layers=1,
+                      num_decoder_layers=1, d_ff=32, max_len=32, dropout_rate=0.0,
+                      position="rope")  # fmt: skip
+    graphdef, state = init_state(Transformer(cfg, rngs=nnx.Rngs(3)), _sgd())
+    return cfg, graphdef, state.params
+
+
+def _sgd():
+    import optax
+
+    return optax.sgd(0.1)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+def test_translation_does_not_depend_on_batch(small_model, strategy):
+    cfg, graphdef, params = small_model
+    settings = DecodeSettings(strategy=strategy, batch_size=4, beam_size=3, top_k=5,
+                              max_len_a=1.0, max_len_b=4, seed=7)  # fmt: skip
+    tok = IdTokenizer()
+    translator = Translator(graphdef, cfg, settings, tok, tok)
+    short = "5 6 7"
+    longer = ["8 9 10 11 12 13 14 15 16 17 18 19 20", "21 22 23 24 25 26 27 28 29 4 5 6"]
+    alone = translator.translate(params, [short]).hypotheses[0]
+    # The short sentence keeps its index (0) so sampling uses the same per-sentence key.
+    together = translator.translate(params, [short, *longer]).hypotheses[0]
+    assert alone == together
+
+
+def test_greedy_variants_agree(small_model):
+    cfg, graphdef, params = small_model
+    tok = IdTokenizer()
+    lines = ["5 6 7 8", "9 10 11", "12 13 14 15 16 17"]
+
+    def out(**kw):
+        settings = DecodeSettings(batch_size=4, max_len_b=6, **kw)
+        return Translator(graphdef, cfg, settings, tok, tok).translate(params, lines).best
+
+    greedy = out(strategy="greedy")
+    assert out(strategy="sample", temperature=0.0) == greedy
+    assert out(strategy="sample", top_k=1) == greedy
+
+
+# ------------------------------------------------------------------------ a trained tiny run
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    from transformer.trainer import train_and_evaluate
+
+    workdir = str(tmp_path_factory.mktemp("run") / "tiny")
+    config = tiny_config(train__num_steps=60, train__eval_every=60, train__checkpoint_every=20,
+                         train__log_every=20)  # fmt: skip
+    train_and_evaluate(config, workdir)
+    return workdir
+
+
+def test_eval_bleu_equals_sacrebleu_cli(trained_run):
+    args = ["eval.py", "--workdir", trained_run, "--split", "valid", "--average_last", "2",
+            "--config.decode.strategy=beam", "--config.decode.beam_size=2"]  # fmt: skip
+    proc = run(args, check=True)
+    assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a" in proc.stdout
+    record = json.load(open(os.path.join(trained_run, "eval", "valid.json")))
+    assert record["averaged_steps"] == [40, 60] and record["decode"]["strategy"] == "beam"
+    for key in ("bleu", "chrf", "signature", "step", "decode", "sentences_per_s"):
+        assert key in record
+    hyp = os.path.join(trained_run, "eval", "valid.hyp.txt")
+    ref = os.path.join(trained_run, "eval", "valid.ref.txt")
+    cli = run(["-m", "sacrebleu", ref, "-i", hyp, "-m", "bleu", "chrf", "-w", "6"], check=True)
+    bleu, chrf = json.loads(cli.stdout)
+    assert bleu["score"] == pytest.approx(record["bleu"], abs=1e-5)
+    assert chrf["score"] == pytest.approx(record["chrf"], abs=1e-5)
+    assert bleu["signature"] in json.dumps(record["signature"])
+    n_ref = sum(1 for _ in open(ref))
+    assert n_ref == record["sentences"] == 40  # the whole split, nothing filtered
+
+
+def test_decode_cli_is_reproducible_and_keeps_empty_lines(trained_run, tmp_path):
+    lines = ["The clever boy sees the dog.", "", "A red cat sleeps in the house."]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outputs = []
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        out = tmp_path / f"{name}.txt"
+        run(["decode.py", "--workdir", trained_run, "--input", str(src), "--output", str(out),
+             "--config.decode.strategy=sample", "--config.decode.temperature=1.5",
+             f"--config.decode.seed={seed}"], check=True)  # fmt: skip
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+    assert outputs[0] != outputs[2]
+    decoded = outputs[0].decode().split("\n")
+    assert len(decoded) == 4 and decoded[1] == "" and decoded[3] == ""
+
+
+def test_eval_src_ref_line_mismatch_is_one_line_error(trained_run, tmp_path):
+    (tmp_path / "s.txt").write_text("a\nb\n")
+    (tmp_path / "r.txt").write_text("a\n")
+    proc = run(["eval.py", "--workdir", trained_run, "--src", str(tmp_path / "s.txt"),
+                "--ref", str(tmp_path / "r.txt")])  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "has 2 lines but --ref" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_eval_without_checkpoint_is_one_line_error(tmp_path):
+    proc = run(["eval.py", "--workdir", str(tmp_path / "nothing")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "not a training workdir" in proc.stderr
+
+
+def test_jax_platform_is_cpu():
+    assert jax.default_backend() == "cpu"

@@ -1,0 +1,177 @@
+"""Restoring a trained run and scoring it: the work behind eval.py and decode.py.
+
+A run directory holds everything needed: `config.json` (the resolved config), `vocab/`
+(SentencePiece models) and `checkpoints/` (Orbax). Parameters come from one checkpoint or
+the average of the last N (checkpoint averaging, as in the 2017 paper).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import time
+
+import jax
+import numpy as np
+
+from transformer import metrics as metrics_lib
+from transformer import run_config
+from transformer.checkpoint import Checkpointer
+from transformer.data import make_datasets
+from transformer.errors import UserError
+from transformer.optim import make_optimizer
+from transformer.steps import init_state
+from transformer.trainer import abstract_train_state, build_model
+from transformer.translate import DecodeSettings, Translator
+
+
+@dataclasses.dataclass
+class RestoredRun:
+    workdir: str
+    config: object
+    model_cfg: object
+    graphdef: object
+    params: object
+    step: int
+    averaged_steps: list[int]
+    data: object
+    translator: Translator
+
+
+def restore_run(
+    workdir: str, *, checkpoint: str = "latest", average_last: int = 1, overrides=()
+) -> RestoredRun:
+    """Loads config, tokenizers and (averaged) parameters of a trained run."""
+    config = run_config.load(workdir)
+    run_config.apply_overrides(config, list(overrides))
+    model_cfg = run_config.validate(config)
+    checkpoints = Checkpointer(workdir, read_only=True)
+    step = checkpoints.resolve_step(checkpoint)
+    if average_last < 1:
+        raise UserError(f"--average_last={average_last} must be >= 1")
+    available = [s for s in checkpoints.all_steps() if s <= step]
+    steps = available[-average_last:]
+    if len(steps) < average_last:
+        raise UserError(
+            f"--average_last={average_last} but only {len(available)} checkpoint(s) up to step "
+            f"{step} exist ({available}); lower --average_last"
+        )
+    optimizer, _ = make_optimizer(config.train)
+    template = abstract_train_state(model_cfg, optimizer)
+    template = {"step": template.step, "params": template.params, "opt_state": template.opt_state}
+    total = None
+    for s in steps:
+        state, _, _ = checkpoints.restore(s, template)
+        params = jax.tree.map(lambda x: np.asarray(x, np.float64), state["params"])
+        total = params if total is None else jax.tree.map(np.add, total, params)
+    params = jax.tree.map(lambda x: (x / len(steps)).astype(np.float32), total)
+    checkpoints.close()
+    graphdef, _ = init_state(build_model(model_cfg, 0), optimizer)
+    data = make_datasets(config, workdir)
+    for side, tok in (("source", data.source_tokenizer), ("target", data.target_tokenizer)):
+        if tok.vocab_size != model_cfg.vocab_size:
+            raise UserError(
+                f"the {side} vocabulary in {workdir}/vocab has {tok.vocab_size} pieces but the "
+                f"checkpoint's model.vocab_size={model_cfg.vocab_size}; the tokenizer does not "
+                f"belong to this run: restore the run's vocab/ directory"
+            )
+    translator = Translator(
+        graphdef, model_cfg, DecodeSettings.from_config(config.decode),
+        data.source_tokenizer, data.target_tokenizer,
+    )  # fmt: skip
+    return RestoredRun(workdir, config, model_cfg, graphdef, params, step, steps, data, translator)
+
+
+def evaluate(
+    workdir: str,
+    *,
+    checkpoint: str = "latest",
+    split: str = "test",
+    src: str | None = None,
+    ref: str | None = None,
+    average_last: int = 1,
+    overrides=(),
+    name: str | None = None,
+    run: RestoredRun | None = None,
+) -> dict:
+    """Translates a split (or --src against --ref), scores it with sacreBLEU and chrF, and
+    writes eval/<name>.{json,src.txt,hyp.txt,ref.txt}. Returns the JSON record."""
+    if (src is None) != (ref is None):
+        raise UserError("--src and --ref go together: give both files or neither")
+    run = run or restore_run(
+        workdir, checkpoint=checkpoint, average_last=average_last, overrides=overrides
+    )
+    if src is not None:
+        sources = metrics_lib.read_lines(src)
+        references = metrics_lib.read_lines(ref)
+        if len(sources) != len(references):
+            raise UserError(
+                f"--src {src} has {len(sources)} lines but --ref {ref} has {len(references)}; "
+                f"give aligned files"
+            )
+        name = name or os.path.splitext(os.path.basename(src))[0]
+        split_name = "files"
+    else:
+        eval_split = run.data.eval_split(split)
+        sources, references = list(eval_split.sources), list(eval_split.targets)
+        split_name = split
+        name = name or split
+    start = time.perf_counter()
+    translations = run.translator.translate(run.params, sources)
+    elapsed = time.perf_counter() - start
+    hypotheses = translations.best
+    scores = metrics_lib.score(hypotheses, references)
+    out_dir = os.path.join(workdir, "eval")
+    os.makedirs(out_dir, exist_ok=True)
+    for suffix, lines in (("src", sources), ("hyp", hypotheses), ("ref", references)):
+        metrics_lib.write_lines(os.path.join(out_dir, f"{name}.{suffix}.txt"), lines)
+    config = run.config
+    settings = dataclasses.asdict(run.translator.settings)
+    record = {
+        "name": name,
+        "split": split_name,
+        "bleu": scores.bleu,
+        "chrf": scores.chrf,
+        "signature": scores.signatures,
+        "bleu_details": scores.bleu_verbose,
+        "step": run.step,
+        "averaged_steps": run.averaged_steps,
+        "decode": settings,
+        "sentences": len(sources),
+        "truncated_inputs": translations.num_truncated,
+        "sentences_per_s": len(sources) / max(elapsed, 1e-9),
+        "direction": _direction(config),
+        "config_name": os.path.basename(os.path.normpath(workdir)),
+        "train_time_s": _train_time(workdir),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPU cores, {jax.default_backend()}",
+    }
+    if translations.num_truncated:
+        print(
+            f"warning: {translations.num_truncated} input(s) longer than model.max_len="
+            f"{run.model_cfg.max_len} tokens were truncated",
+        )
+    tmp = os.path.join(out_dir, f"{name}.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=2)
+    os.replace(tmp, os.path.join(out_dir, f"{name}.json"))
+    record["_scores"] = scores
+    return record
+
+
+def _direction(config) -> str:
+    d = config.data
+    src, tgt = (d.target_lang, d.source_lang) if d.reverse else (d.source_lang, d.target_lang)
+    return f"{src}->{tgt}"
+
+
+def _train_time(workdir: str) -> float | None:
+    """Wall time of training from metrics.jsonl (first to last row), if present."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    from transformer.logger import read_metrics
+
+    rows = [r for r in read_metrics(path) if "time" in r]
+    return rows[-1]["time"] - rows[0]["time"] if len(rows) > 1 else None
