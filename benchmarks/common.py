@@ -1,0 +1,110 @@
+"""Small, framework-free helpers shared by the benchmark scripts.
+
+- `emit(figure, value, unit, impl, as_json, **extra)` prints one figure, either as one JSON
+  object per line (`{"figure", "value", "unit", "impl", **extra}`) or as a readable table row.
+- `median_time(fn, warmup, repeats, sync=None)` times `fn` after warm-up calls and returns
+  `(median_s, all_times)`; `sync(result)` is called inside the timed region so asynchronous
+  work (JAX dispatch, CUDA streams) is finished before the clock stops.
+- `peak_rss_mib()` is the process's peak resident set size so far, in MiB.
+
+Nothing here imports JAX or PyTorch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+__all__ = ["emit", "format_value", "median_time", "peak_rss_mib"]
+
+
+def format_value(value: float) -> str:
+    """A compact human-readable rendering of a figure (4 significant digits, no exponent
+    for everyday magnitudes)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1e4 or isinstance(value, int):
+        return f"{value:,.0f}"
+    if magnitude >= 1e-3:
+        return f"{value:.4g}"
+    return f"{value:.3e}"
+
+
+def emit(
+    figure: str,
+    value: float,
+    unit: str,
+    impl: str,
+    as_json: bool,
+    *,
+    file: TextIO | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Print one benchmark figure and return it as a dict.
+
+    With `as_json`, one JSON object per line: {"figure", "value", "unit", "impl", **extra}
+    (`extra` cannot repeat those four: they are named parameters). Otherwise a fixed-width
+    table row: figure, value, unit, impl, then `key=value` for each extra. Output is flushed
+    at once so a long benchmark shows progress.
+    """
+    record: dict[str, Any] = {"figure": figure, "value": value, "unit": unit, "impl": impl}
+    record.update(extra)
+    out = sys.stdout if file is None else file
+    if as_json:
+        line = json.dumps(record, sort_keys=False, default=str)
+    else:
+        rest = "  ".join(f"{k}={format_value(v)}" for k, v in extra.items())
+        line = f"{figure:<36} {format_value(value):>12} {unit:<14} {impl:<14} {rest}".rstrip()
+    print(line, file=out, flush=True)
+    return record
+
+
+def median_time(
+    fn: Callable[[], Any],
+    warmup: int = 1,
+    repeats: int = 8,
+    sync: Callable[[Any], Any] | None = None,
+) -> tuple[float, list[float]]:
+    """Call `fn()` `warmup` times untimed, then `repeats` times timed (perf_counter).
+
+    `sync`, when given, receives each call's return value and must block until that work is
+    done (e.g. `jax.block_until_ready`, `lambda _: torch.cuda.synchronize()`); it runs inside
+    the timed region for measured calls and after each warm-up call.
+    Returns (median seconds, list of every measured time in call order).
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    for _ in range(warmup):
+        result = fn()
+        if sync is not None:
+            sync(result)
+    times: list[float] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        if sync is not None:
+            sync(result)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, in MiB (ru_maxrss: KiB on Linux,
+    bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if sys.platform == "darwin":
+        return peak / (1024 * 1024)
+    return peak / 1024

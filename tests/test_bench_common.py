@@ -1,0 +1,107 @@
+"""Tests of benchmarks/common.py (no JAX or PyTorch needed)."""
+
+import importlib.util
+import io
+import json
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "common.py"
+
+
+def _load_common():
+    # Loaded by path: benchmarks/ is a folder of scripts, not necessarily on sys.path.
+    spec = importlib.util.spec_from_file_location("bench_common_under_test", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+common = _load_common()
+
+
+def test_emit_json_line():
+    buf = io.StringIO()
+    rec = common.emit(
+        "train_tokens_per_s", 1234.5, "tokens/s", "torch-marian", True, file=buf, step_s=0.25
+    )
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 1
+    parsed = json.loads(lines[0])
+    assert parsed == {
+        "figure": "train_tokens_per_s",
+        "value": 1234.5,
+        "unit": "tokens/s",
+        "impl": "torch-marian",
+        "step_s": 0.25,
+    }
+    assert rec == parsed
+    assert list(parsed)[:4] == ["figure", "value", "unit", "impl"]
+
+
+def test_emit_table_row_and_stdout_default(capsys):
+    common.emit("decode_greedy_tokens_per_s", 98765.4321, "tokens/s", "jax", False, repeats=3)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert "decode_greedy_tokens_per_s" in out
+    assert "98,765" in out
+    assert "tokens/s" in out and "jax" in out and "repeats=3" in out
+
+
+def test_emit_rejects_shadowing_extra():
+    with pytest.raises(TypeError):
+        common.emit("x", 1.0, "s", "jax", True, file=io.StringIO(), **{"unit": "ms"})
+
+
+def test_format_value():
+    assert common.format_value(0) == "0"
+    assert common.format_value(12345.6) == "12,346"
+    assert common.format_value(0.123456) == "0.1235"
+    assert common.format_value(1.5e-5) == "1.500e-05"
+    assert common.format_value(7) == "7"
+    assert common.format_value("abc") == "abc"
+    assert common.format_value(True) == "True"
+
+
+def test_median_time_counts_calls_and_syncs():
+    calls = []
+    synced = []
+
+    def fn():
+        calls.append(len(calls))
+        return len(calls)
+
+    med, times = common.median_time(fn, warmup=2, repeats=5, sync=synced.append)
+    assert len(calls) == 7
+    assert synced == [1, 2, 3, 4, 5, 6, 7]
+    assert len(times) == 5
+    assert all(t >= 0 for t in times)
+    assert med == statistics.median(times)
+
+
+def test_median_time_sync_is_inside_timed_region():
+    med, times = common.median_time(
+        lambda: None, warmup=0, repeats=3, sync=lambda _: time.sleep(0.01)
+    )
+    assert min(times) >= 0.009
+    assert med >= 0.009
+
+
+def test_median_time_validates_arguments():
+    with pytest.raises(ValueError):
+        common.median_time(lambda: None, warmup=0, repeats=0)
+    with pytest.raises(ValueError):
+        common.median_time(lambda: None, warmup=-1, repeats=1)
+
+
+def test_peak_rss_mib_grows_with_allocation():
+    before = common.peak_rss_mib()
+    assert before > 1.0  # any Python process holds more than 1 MiB
+    blob = bytearray(64 * 1024 * 1024)  # zero-filled, so every page is touched
+    after = common.peak_rss_mib()
+    assert after >= before
+    assert after >= 64  # the peak now includes the 64 MiB buffer
+    del blob
