@@ -27,13 +27,13 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from transformer.errors import UserError
+from transformer.fileio import atomic_write
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -132,22 +132,6 @@ def read_metrics(path: str | os.PathLike, kind: str | None = None) -> list[dict]
         if kind is None or row.get("kind") == kind:
             rows.append(row)
     return rows
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _import_summary_writer():
@@ -363,7 +347,7 @@ class MetricsLogger:
         rows = read_metrics(self.path)
         kept = [r for r in rows if not (isinstance(r.get("step"), int) and r["step"] > step)]
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept)
-        _atomic_write(self.path, text.encode("utf-8"))
+        atomic_write(self.path, text)
         return len(rows) - len(kept)
 
     def flush(self) -> None:

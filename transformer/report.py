@@ -21,12 +21,12 @@ import json
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from transformer.errors import UserError, exit_on_user_error
+from transformer.fileio import atomic_write
 
 EVAL_DIR = "eval"
 REQUIRED_KEYS = ("bleu", "chrf", "signature", "step", "split", "name", "decode", "sentences_per_s")
@@ -223,25 +223,6 @@ def replace_section(text: str, section: str, content: str, *, source: str = "REA
     return text[: i + len(start)] + body + text[j:]
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def update_readme(readme: str | os.PathLike, section: str, content: str) -> bool:
     """Replaces the README section in place; returns whether the file changed."""
     readme = Path(readme)
@@ -254,7 +235,7 @@ def update_readme(readme: str | os.PathLike, section: str, content: str) -> bool
     new = replace_section(text, section, content, source=str(readme))
     if new == text:
         return False
-    _atomic_write_text(readme, new)
+    atomic_write(readme, new)
     return True
 
 
@@ -279,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError(f"--section must not contain ':' or newlines, got {args.section!r}")
         report = render(find_results(args.runs))
         if args.out:
-            _atomic_write_text(Path(args.out), report)
+            atomic_write(Path(args.out), report)
         if args.readme:
             changed = update_readme(args.readme, args.section, report)
             print(

@@ -9,6 +9,7 @@ import ml_collections
 
 from transformer.config import ModelConfig
 from transformer.errors import UserError
+from transformer.fileio import atomic_write
 from transformer.optim import SCHEDULES
 from transformer.parallel import PARALLELISMS
 
@@ -78,11 +79,7 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
 
 
 def save(config: ml_collections.ConfigDict, workdir: str) -> None:
-    path = os.path.join(workdir, CONFIG_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(config.to_json(indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(os.path.join(workdir, CONFIG_FILE), config.to_json(indent=2, sort_keys=True))
 
 
 def load(workdir: str) -> ml_collections.ConfigDict:

@@ -47,9 +47,10 @@ import itertools
 import json
 import os
 import random
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from transformer.fileio import atomic_write
 
 __all__ = [
     "GENERATOR_VERSION",
@@ -1304,22 +1305,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _corpus_is_current(out: Path, params: dict) -> bool:
     meta_path = out / "corpus.json"
     try:
@@ -1372,7 +1357,7 @@ def write_corpus(
         for idx, lang in enumerate(("en", "de")):
             name = f"{split}.{lang}"
             data = "".join(p[idx] + "\n" for p in splits[split]).encode("utf-8")
-            _atomic_write(out / name, data)
+            atomic_write(out / name, data)
             hashes[name] = hashlib.sha256(data).hexdigest()
     meta = {"params": params, "sha256": hashes}
-    _atomic_write(out / "corpus.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write(out / "corpus.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
