@@ -8,6 +8,7 @@ the `keep` most recent checkpoints plus the best one by validation BLEU.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import orbax.checkpoint as ocp
@@ -19,6 +20,7 @@ from transformer.errors import UserError
 class Checkpointer:
     def __init__(self, workdir: str, *, keep: int = 3, read_only: bool = False):
         self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+        self._saving = None  # step of the asynchronous save in flight
         if read_only and not os.path.isdir(self.directory):
             raise UserError(
                 f"no checkpoints in {self.directory}; train first with "
@@ -64,17 +66,22 @@ class Checkpointer:
             data=ocp.args.JsonSave(data_state),
             meta=ocp.args.JsonSave(meta),
         )
+        # A failed asynchronous save surfaces only when the next save or wait() joins it;
+        # join it here first so the error names the step whose save failed.
+        self.wait()
         try:
             self.manager.save(step, args=args, metrics=metrics, force=True)
-        except OSError as e:
+        except _SAVE_ERRORS as e:
             raise UserError(_save_error(self.directory, step, e)) from None
+        self._saving = step
 
     def wait(self):
         """Blocks until the pending asynchronous save is complete (errors surface here)."""
         try:
             self.manager.wait_until_finished()
-        except OSError as e:
-            raise UserError(_save_error(self.directory, self.latest_step(), e)) from None
+        except _SAVE_ERRORS as e:
+            raise UserError(_save_error(self.directory, self._saving, e)) from None
+        self._saving = None
 
     def resolve_step(self, which: str | int | None) -> int:
         """'latest' | 'best' | a step number -> an existing step, or a one-line error."""
@@ -102,7 +109,7 @@ class Checkpointer:
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict, dict]:
         """Restores (state, data_state, meta) at `step` into the structure of abstract_state."""
         args = ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state),
+            state=ocp.args.StandardRestore(_with_default_sharding(abstract_state)),
             data=ocp.args.JsonRestore(),
             meta=ocp.args.JsonRestore(),
         )
@@ -124,9 +131,47 @@ def _first_line(e: Exception) -> str:
     return text[0][:300] if text else type(e).__name__
 
 
-def _save_error(directory: str, step, e: OSError) -> str:
-    reason = e.strerror or str(e)
+# Orbax writes through TensorStore, whose I/O errors are ValueErrors carrying an absl status
+# and the OS error code ('RESOURCE_EXHAUSTED: ... No space left on device [os_error_code=28]'),
+# not OSErrors; both must end as the one-line UserError, not a traceback.
+_SAVE_ERRORS = (OSError, ValueError)
+
+
+def _save_error(directory: str, step, e: Exception) -> str:
+    reason = _io_reason(e)
     return (
         f"saving checkpoint {step} in {directory} failed ({reason}); earlier checkpoints are "
         f"intact; free disk space or choose a writable --workdir, then rerun to resume"
     )
+
+
+def _io_reason(e: Exception) -> str:
+    """'No space left on device', 'Permission denied', ... from an OSError or a TensorStore
+    error; otherwise the status code or first line of the message."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    text = " ".join(str(e).split())
+    code = re.search(r"os_error_code='?(\d+)", text)
+    if code:
+        return os.strerror(int(code.group(1)))
+    status = re.match(r"([A-Z_]{4,}):", text)
+    return status.group(1) if status else _first_line(e)
+
+
+def _with_default_sharding(tree: Any) -> Any:
+    """Gives shape-only leaves (jax.eval_shape output) this process's first device.
+
+    Without a sharding Orbax restores with the sharding saved in the checkpoint, which names
+    the devices of the run that wrote it: a checkpoint written by several processes or devices
+    then fails to load elsewhere ("Topology mismatch"), e.g. in eval.py on one machine.
+    """
+    import jax
+
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def leaf(x):
+        if isinstance(x, jax.ShapeDtypeStruct) and x.sharding is None:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device)
+        return x
+
+    return jax.tree.map(leaf, tree)

@@ -91,10 +91,28 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
     run_config.check_same_model(config, workdir)
     t = config.train
     parallel = Parallel(t.parallelism, t.fsdp)
-    data = make_datasets(
-        config, workdir, row_multiple=parallel.num_devices,
-        shard_index=jax.process_index(), shard_count=jax.process_count(),
-    )  # fmt: skip
+
+    def load_data():
+        return make_datasets(
+            config, workdir, row_multiple=parallel.num_devices,
+            shard_index=jax.process_index(), shard_count=jax.process_count(),
+        )  # fmt: skip
+
+    if jax.process_count() > 1:
+        # Process 0 prepares the workdir's shared files first (corpus, TFDS dataset, vocabulary,
+        # token cache); the others wait, then read them. Concurrent TFDS preparation in one
+        # directory races (FileExistsError when the second process renames its copy into place).
+        from jax.experimental import multihost_utils
+
+        data = None
+        if is_main:
+            data = load_data()
+            data.train_stats  # noqa: B018 - the train split (and TFDS build) loads lazily
+        multihost_utils.sync_global_devices("transformer.trainer: data prepared")
+        if data is None:
+            data = load_data()
+    else:
+        data = load_data()
     for side, tok in (("source", data.source_tokenizer), ("target", data.target_tokenizer)):
         if tok.vocab_size != model_cfg.vocab_size:
             raise UserError(
@@ -114,7 +132,17 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
 
     start = checkpoints.latest_step()
     if start is not None:
-        restored, data_state, _ = checkpoints.restore(start, _as_dict(state))
+        target = _as_dict(state)
+        if parallel.kind == "mesh":
+            # Restore straight into the training layout (each process reads its own shards).
+            # Restoring into this process's single-device arrays and then moving them onto a
+            # mesh that spans several processes fails: jax.device_put of committed arrays
+            # across hosts is unsupported on CPU ("does not support cross-host transfers").
+            target = jax.tree.map(
+                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                target, parallel.state_shardings(target),
+            )  # fmt: skip
+        restored, data_state, _ = checkpoints.restore(start, target)
         state = TrainState(**restored)
         train_iter.set_state(data_state)
         logger.truncate_after(start)

@@ -1,0 +1,345 @@
+"""Fault injection on real `python train.py` processes: kill -9 (also mid-save), SIGTERM,
+a non-finite loss, an unwritable workdir and a full disk.
+
+Every run uses `tests.helpers.tiny_config()` passed as `--config.*` overrides on
+configs/default.py, so what is tested is the command line a user runs. Each process start
+costs ~10-20 s of imports and XLA compilation on 2 cores; the tests start as few as they can.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from tests.helpers import ROOT, tiny_config
+from transformer.checkpoint import Checkpointer
+from transformer.logger import read_metrics
+
+# Short runs that log every step (for step-by-step loss comparison) and checkpoint often.
+FAULT_RUN = dict(
+    train__num_steps=50,
+    train__log_every=1,
+    train__checkpoint_every=10,
+    train__eval_every=1000,  # evaluates only at the last step
+    train__eval_bleu_sentences=0,
+)
+TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax writes <step>.orbax-checkpoint-tmp*, then renames
+START_TIMEOUT = 300  # seconds for one train.py process; generous for a loaded 2-core machine
+
+
+def tiny_args(**overrides) -> list[str]:
+    """tiny_config(**overrides) as the `--config.section.field=value` flags that turn
+    configs/default.py into it (only the fields that differ)."""
+    from configs.default import get_config
+
+    default, config = get_config(), tiny_config(**overrides)
+    args = []
+    for section in config.keys():
+        for field in config[section].keys():
+            value = config[section][field]
+            if value != default[section][field]:
+                args.append(f"--config.{section}.{field}={value}")
+    return args
+
+
+class Train:
+    """One `python train.py` process; stdout/stderr go to files (no pipe can fill up)."""
+
+    def __init__(self, workdir, args, *, name="train", env=None, extra=(), log_dir=None):
+        self.workdir = str(workdir)
+        log_dir = log_dir or os.path.dirname(self.workdir)
+        n = len([f for f in os.listdir(log_dir) if f.startswith(name)])
+        self.stdout_path = os.path.join(log_dir, f"{name}{n}.stdout")
+        self.stderr_path = os.path.join(log_dir, f"{name}{n}.stderr")
+        full_env = dict(os.environ, **(env or {}))
+        full_env.setdefault("JAX_PLATFORMS", "cpu")
+        cmd = [sys.executable, "train.py", "--config", "configs/default.py",
+               "--workdir", self.workdir, *args, *extra]  # fmt: skip
+        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=out, stderr=err)
+        self.started = time.monotonic()
+
+    @property
+    def stderr(self) -> str:
+        with open(self.stderr_path) as f:
+            return f.read()
+
+    def wait_until(self, predicate, *, poll=0.02, timeout=START_TIMEOUT):
+        """Polls predicate() while the process runs; returns its first truthy value."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                value = predicate()
+                if value:
+                    return value
+                raise AssertionError(
+                    f"train.py exited ({self.proc.returncode}) before the awaited event:\n"
+                    f"{self.stderr[-3000:]}"
+                )
+            time.sleep(poll)
+        self.kill()
+        raise AssertionError(f"timed out waiting for train.py:\n{self.stderr[-3000:]}")
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+        return self.proc.wait(timeout=START_TIMEOUT)
+
+    def finish(self, timeout=START_TIMEOUT) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"train.py did not finish:\n{self.stderr[-3000:]}") from None
+
+
+def train_rows(workdir) -> list[dict]:
+    return read_metrics(os.path.join(workdir, "metrics.jsonl"), kind="train")
+
+
+def last_train_step(workdir) -> int:
+    rows = train_rows(workdir)
+    return rows[-1]["step"] if rows else 0
+
+
+def saving_step(workdir, after: int) -> str | None:
+    """The path of an unfinished Orbax save of a step > after, if one exists right now."""
+    directory = os.path.join(workdir, "checkpoints")
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return None
+    for name in names:
+        if TMP_SUFFIX in name and name.split(".")[0].isdigit() and int(name.split(".")[0]) > after:
+            return os.path.join(directory, name)
+    return None
+
+
+def complete_steps(workdir) -> list[int]:
+    checkpointer = Checkpointer(str(workdir), read_only=True)
+    try:
+        return checkpointer.all_steps()
+    finally:
+        checkpointer.close()
+
+
+def resumed_from(workdir) -> list[int]:
+    """Steps named by the 'resumed from checkpoint at step N' info rows, in order."""
+    rows = read_metrics(os.path.join(workdir, "metrics.jsonl"), kind="info")
+    return [r["step"] for r in rows if r["message"].startswith("resumed from checkpoint")]
+
+
+def restore(workdir, step: int) -> dict:
+    """The checkpointed train state at `step` as numpy arrays, on this process's device."""
+    from transformer import run_config
+    from transformer.optim import make_optimizer
+    from transformer.trainer import abstract_train_state
+
+    config = run_config.load(str(workdir))
+    state = abstract_train_state(run_config.validate(config), make_optimizer(config.train)[0])
+    # Shapes only, no sharding: Checkpointer.restore puts them on this process's device
+    # (as eval.py does), whatever layout wrote the checkpoint.
+    template = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
+    checkpointer = Checkpointer(str(workdir), read_only=True)
+    try:
+        restored, _, _ = checkpointer.restore(step, template)
+    finally:
+        checkpointer.close()
+    return jax.tree.map(np.asarray, restored)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def assert_one_line_error(rc: int, stderr: str, pattern: str, *, background_logs=False) -> str:
+    """Exit status 2 and one `error: ...` line matching pattern, as the last line of stderr.
+
+    background_logs: Orbax's and TensorStore's writer threads log their own failures
+    (absl ERROR lines with tracebacks, 'Event loop is closed') around the main thread's
+    error line; then only tracebacks through this project's code are ruled out."""
+    assert rc == 2, (rc, stderr[-3000:])
+    if background_logs:
+        assert not re.search(r'File ".*(train\.py|/transformer/)', stderr), stderr[-3000:]
+    else:
+        assert "Traceback" not in stderr, stderr[-3000:]
+    lines = error_lines(stderr)
+    assert len(lines) == 1, stderr[-3000:]
+    assert re.search(pattern, lines[0]), lines[0]
+    if not background_logs:  # writer threads may still log while the process exits
+        assert stderr.strip().splitlines()[-1] == lines[0], stderr[-3000:]
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_kill9_midsave_and_sigterm_resume_like_an_uninterrupted_run(tmp_path):
+    """One run is killed with SIGKILL while Orbax is writing a checkpoint, then stopped with
+    SIGTERM; each restart resumes from the last complete checkpoint, and the finished run's
+    per-step losses and final train state are bitwise those of an uninterrupted run (CPU XLA
+    is deterministic; step, optimizer state, RNG and data-iterator position are restored)."""
+    # A save takes ~1 s (Orbax's fixed costs) and a step ~0.07 s: checkpoint every 20 steps
+    # so the save of step 20 is complete long before the one of step 40 starts.
+    args = tiny_args(**{**FAULT_RUN, "train__num_steps": 60, "train__checkpoint_every": 20})
+    reference = Train(tmp_path / "reference", args, name="reference")  # runs alongside
+    run = str(tmp_path / "run")
+    checkpoints = os.path.join(run, "checkpoints")
+    resumes = []
+
+    # 1. SIGKILL while the checkpoint of step 40 is being written (its temporary directory
+    #    exists), with the one of step 20 complete: a kill between complete checkpoints and
+    #    in the middle of a save at once.
+    first = Train(run, args)
+    partial = first.wait_until(lambda: saving_step(run, after=20), poll=0.002)
+    first.kill()
+    assert os.path.exists(partial), "the save finished before the kill landed"
+    partial_step = int(os.path.basename(partial).split(".")[0])
+    steps = complete_steps(run)
+    assert partial_step == 40 and steps == [20], (partial, steps)  # the partial save is unlisted
+
+    # 2. SIGTERM: a checkpoint at the current step, exit status 0.
+    resumes.append(max(steps))
+    second = Train(run, args)
+    second.wait_until(lambda: last_train_step(run) >= partial_step + 3)
+    assert second.kill(signal.SIGTERM) == 0, second.stderr[-3000:]
+    stopped = re.search(r"stopped by signal at step (\d+)", second.stderr)
+    assert stopped, second.stderr[-3000:]
+    stopped_at = int(stopped.group(1))
+    assert partial_step + 3 <= stopped_at < 60
+    assert complete_steps(run)[-1] == stopped_at
+    assert last_train_step(run) == stopped_at
+    assert resumed_from(run) == resumes  # metrics rows after each resumed step were dropped
+
+    # 3. The rerun resumes at the SIGTERM checkpoint and finishes.
+    resumes.append(stopped_at)
+    third = Train(run, args)
+    assert third.finish() == 0, third.stderr[-3000:]
+    assert reference.finish() == 0, reference.stderr[-3000:]
+    assert resumed_from(run) == resumes
+
+    ref_rows, run_rows = train_rows(reference.workdir), train_rows(run)
+    assert [r["step"] for r in run_rows] == list(range(1, 61))  # no step twice, none missing
+    assert [r["loss"] for r in run_rows] == [r["loss"] for r in ref_rows]  # bitwise
+    assert [r["grad_norm"] for r in run_rows] == [r["grad_norm"] for r in ref_rows]
+    a, b = restore(reference.workdir, 60), restore(run, 60)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)  # params, Adam moments and step, bitwise
+    leftovers = [n for n in os.listdir(checkpoints) if TMP_SUFFIX in n]
+    assert not leftovers, leftovers  # the killed save's temporary directory was cleaned up
+
+
+@pytest.mark.slow
+def test_non_finite_loss_stops_with_one_line_and_a_good_checkpoint(tmp_path):
+    """A learning rate of 1e30 (set on a resumed run) makes the loss NaN/inf within two
+    steps: the run stops with exit 2 and one line naming the step and the last good
+    checkpoint, which restores with finite values."""
+    workdir = str(tmp_path / "run")
+    good = Train(workdir, tiny_args(**{**FAULT_RUN, "train__num_steps": 10}))
+    assert good.finish() == 0, good.stderr[-3000:]
+    assert complete_steps(workdir) == [10]
+
+    bad = Train(workdir, tiny_args(**{**FAULT_RUN, "train__num_steps": 20,
+                                      "train__learning_rate": 1e30}))  # fmt: skip
+    rc = bad.finish()
+    line = assert_one_line_error(
+        rc,
+        bad.stderr,
+        r"^error: non-finite loss \((nan|inf|-inf)\) at step (\d+); the last good checkpoint "
+        r"is step (\d+) in (\S+);",
+    )
+    match = re.search(r"at step (\d+); the last good checkpoint is step (\d+) in (\S+);", line)
+    bad_step, good_step, directory = int(match.group(1)), int(match.group(2)), match.group(3)
+    assert bad_step in (11, 12) and good_step == 10, line  # lr 1e30 applies from step 11
+    assert directory == os.path.join(os.path.abspath(workdir), "checkpoints")
+    assert complete_steps(workdir) == [10]
+    state = restore(workdir, good_step)
+    assert int(state["step"]) == 10
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))
+
+
+def test_workdir_under_a_file_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    proc = Train(tmp_path / "a_file" / "run", tiny_args(**FAULT_RUN), log_dir=tmp_path)
+    assert_one_line_error(proc.finish(), proc.stderr, r"cannot create workdir .*a_file/run")
+
+
+def _mount_tmpfs(path, size: str, *, read_only=False) -> bool:
+    """Mounts a small tmpfs at path (needs root and mount permission in this container)."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    options = f"size={size}" + (",ro" if read_only else "")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                          capture_output=True, text=True)  # fmt: skip
+    return proc.returncode == 0
+
+
+def _umount(path):
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_unwritable_workdir_parent_is_a_one_line_error(tmp_path):
+    """chmod 555 on the parent; root ignores permission bits, so as root a read-only
+    tmpfs stands in for the parent (EROFS instead of EACCES: the same code path)."""
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    mounted = False
+    if os.geteuid() == 0:
+        mounted = _mount_tmpfs(parent, "1m", read_only=True)
+        if not mounted:
+            pytest.skip("running as root (chmod is ignored) and cannot mount a read-only tmpfs")
+    else:
+        parent.chmod(0o555)
+    try:
+        proc = Train(parent / "run", tiny_args(**FAULT_RUN), log_dir=tmp_path)
+        assert_one_line_error(
+            proc.finish(), proc.stderr, r"cannot create workdir .*parent/run \(.*\); choose"
+        )
+    finally:
+        if mounted:
+            _umount(parent)
+        else:
+            parent.chmod(0o755)
+
+
+@pytest.mark.slow
+def test_full_disk_during_a_save_is_a_one_line_error(tmp_path):
+    """<workdir>/checkpoints on a tmpfs that holds one checkpoint (~0.6 MB) but not two:
+    the second save fails with ENOSPC inside Orbax's asynchronous writer; the run stops with
+    one line (exit 2), and the first checkpoint is intact and restorable."""
+    workdir = tmp_path / "run"
+    checkpoints = workdir / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    if not _mount_tmpfs(checkpoints, "900k"):
+        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+    try:
+        proc = Train(workdir, tiny_args(**{**FAULT_RUN, "train__num_steps": 30}))
+        rc = proc.finish()
+        assert_one_line_error(
+            rc,
+            proc.stderr,
+            r"saving checkpoint 20 in .*/checkpoints failed \(No space left on device\); "
+            r"earlier checkpoints are intact",
+            background_logs=True,
+        )
+        steps = complete_steps(workdir)
+        assert steps and steps[0] == 10, steps
+        state = restore(workdir, 10)
+        assert int(state["step"]) == 10
+        assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))
+    finally:
+        _umount(checkpoints)
