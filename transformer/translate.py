@@ -111,12 +111,16 @@ class Translator:
     def _decode_fn(self):
         return jax.jit(self._decode_batch, static_argnames=("max_out",))
 
-    def _decode_batch(self, params, src, row_ids, *, max_out: int):
-        """src [B, S] (EOS-terminated, 0 = padding) -> (tokens [B, R, max_out], scores [B, R])."""
+    def _decode_batch(self, params, src, row_ids, *, max_out: int, head_mask=None):
+        """src [B, S] (EOS-terminated, 0 = padding) -> (tokens [B, R, max_out], scores [B, R]).
+
+        head_mask: None or (encoder [layers, H], decoder [layers, 2, H]) 0/1 arrays (analysis).
+        """
         s = self.settings
         model = nnx.merge(self.graphdef, params)
+        enc_mask, dec_mask = (None, None) if head_mask is None else head_mask
         src_segments = (src != 0).astype(jnp.int32)
-        encoded = model.encode(src, src_segments=src_segments)
+        encoded = model.encode(src, src_segments=src_segments, head_mask=enc_mask)
         cross_kv = model.cross_kv(encoded)
         src_len = jnp.sum(src_segments, axis=1)
         max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)
@@ -131,6 +135,7 @@ class Translator:
                     cross_kv=cross,
                     cache=cache,
                     cache_index=step,
+                    head_mask=dec_mask,
                 )
                 return logits[:, 0], cache
 
@@ -189,7 +194,9 @@ class Translator:
             1, min(self.model_cfg.max_len, math.floor(s.max_len_a * src_width + s.max_len_b))
         )
 
-    def translate_ids(self, params, id_lists: Sequence[Sequence[int]], first_id: int = 0):
+    def translate_ids(
+        self, params, id_lists: Sequence[Sequence[int]], first_id: int = 0, head_mask=None
+    ):
         """EOS-terminated source id lists -> (token lists [n][R], scores [n][R])."""
         s = self.settings
         order = np.argsort([len(x) for x in id_lists], kind="stable")  # similar lengths together
@@ -206,17 +213,22 @@ class Translator:
                 jnp.asarray(batch["src"]),
                 jnp.asarray(row_ids),
                 max_out=self.max_output_len(width),
+                head_mask=head_mask,
             )
             tokens, scores = np.asarray(tokens), np.asarray(scores)
             for r, i in enumerate(chunk):
                 results[i] = ([_until_eos(t) for t in tokens[r]], scores[r].tolist())
         return [r[0] for r in results], [r[1] for r in results]
 
-    def translate(self, params, lines: Sequence[str], first_id: int = 0) -> Translations:
+    def translate(
+        self, params, lines: Sequence[str], first_id: int = 0, head_mask=None
+    ) -> Translations:
         """Raw source lines -> detokenized translations (empty line in, empty line out)."""
         ids, truncated = encode_sources(lines, self.src_tok, self.model_cfg.max_len)
         nonempty = [i for i, line in enumerate(lines) if line.strip()]
-        token_lists, scores = self.translate_ids(params, [ids[i] for i in nonempty], first_id)
+        token_lists, scores = self.translate_ids(
+            params, [ids[i] for i in nonempty], first_id, head_mask=head_mask
+        )
         reps = self.settings.outputs_per_input
         hypotheses = [[""] * reps for _ in lines]
         all_scores = [[0.0] * reps for _ in lines]

@@ -1,0 +1,1 @@
+"""Sweep configs for `python -m transformer.sweep` (see transformer/sweep.py)."""

@@ -1,0 +1,132 @@
+"""Attention analysis: recorded probabilities, head statistics and flags, head masking, CLI."""
+
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tests.helpers import tiny_config
+from transformer import ModelConfig, Transformer
+from transformer import analysis as an
+from transformer.errors import UserError
+
+
+def _model(**kw):
+    cfg = ModelConfig(vocab_size=50, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=2,
+                      num_decoder_layers=2, dropout_rate=0.0, max_len=32, **kw)  # fmt: skip
+    return cfg, Transformer(cfg, rngs=nnx.Rngs(0))
+
+
+def _batch():
+    rng = np.random.default_rng(0)
+    src = rng.integers(4, 50, size=(3, 9)).astype(np.int32)
+    tgt = rng.integers(4, 50, size=(3, 7)).astype(np.int32)
+    for row, (s, t) in enumerate([(9, 7), (5, 4), (3, 6)]):  # lengths; EOS last, then padding
+        src[row, s - 1], src[row, s:] = 3, 0
+        tgt[row, t - 1], tgt[row, t:] = 3, 0
+    return {"src": src, "tgt": tgt, "src_segments": (src != 0).astype(np.int32),
+            "tgt_segments": (tgt != 0).astype(np.int32)}  # fmt: skip
+
+
+def test_attention_rows_sum_to_one_for_real_queries():
+    cfg, model = _model(position="rope")
+    b = _batch()
+    tgt_in = an.shift_right(jnp.asarray(b["tgt"]), jnp.asarray(b["tgt_segments"]), an.BOS_ID)
+    probs, logits = an.collect_attention(model, jnp.asarray(b["src"]), tgt_in)
+    assert logits.shape == (3, 7, 50)
+    real = {"encoder_self": b["src"] != 0, "decoder_self": b["tgt"] != 0, "cross": b["tgt"] != 0}
+    for kind in an.KINDS:
+        assert len(probs[kind]) == 2
+        for p in probs[kind]:
+            p = np.asarray(p)
+            sums = p.sum(-1)  # [B, H, T]
+            mask = np.broadcast_to(real[kind][:, None, :], sums.shape)
+            np.testing.assert_allclose(sums[mask], 1.0, atol=1e-5)
+
+
+def test_uniform_head_is_flagged_dead_and_statistics_are_shares():
+    cfg, model = _model()
+    q = model.encoder_layers[0].self_attention.query  # zero queries: every score is 0
+    q.kernel[...] = jnp.zeros_like(q.kernel[...])
+    q.bias[...] = jnp.zeros_like(q.bias[...])
+    graphdef, params = nnx.split(model)
+    analyzer = an.HeadAnalyzer(graphdef, params, cfg, [_batch()])
+    result = analyzer.evaluate(with_stats=True)
+    ent = result.stats["encoder_self"]["entropy"]
+    np.testing.assert_allclose(ent[0], 1.0, atol=1e-5)  # uniform over the visible keys
+    assert (ent[1] < 0.999).all()
+    flags = an.flag_heads(result.stats)
+    assert {"encoder_self:0:0", "encoder_self:0:1"} <= set(flags["dead"])
+    for kind, stats in result.stats.items():
+        for name, values in stats.items():
+            assert values.shape == (2, 2), (kind, name)
+            assert ((values >= -1e-6) & (values <= 1 + 1e-6)).all(), (kind, name)
+    assert "same" not in result.stats["cross"]
+    # The encoder's uniform head spreads 1/len over each key: its 'same' share is mean(1/len).
+    lengths = np.array([9, 5, 3])
+    expected = np.sum(lengths * (1 / lengths)) / lengths.sum()
+    np.testing.assert_allclose(result.stats["encoder_self"]["same"][0], expected, rtol=1e-4)
+    assert np.isfinite(result.loss) and result.tokens == 17
+
+
+def test_masking_heads_changes_logits_only_when_something_is_masked():
+    cfg, model = _model()
+    b = _batch()
+    src = jnp.asarray(b["src"])
+    tgt_in = an.shift_right(jnp.asarray(b["tgt"]), jnp.asarray(b["tgt_segments"]), an.BOS_ID)
+    _, plain = an.collect_attention(model, src, tgt_in)
+    _, ones = an.collect_attention(model, src, tgt_in, head_mask=an.head_masks(cfg))
+    np.testing.assert_array_equal(np.asarray(plain), np.asarray(ones))
+    for spec in ("encoder:1:0,encoder:1:1", "cross:0:0,cross:0:1", "decoder:1:0,decoder:1:1"):
+        masked = an.head_masks(cfg, an.parse_mask_spec(spec, cfg))
+        _, out = an.collect_attention(model, src, tgt_in, head_mask=masked)
+        assert np.abs(np.asarray(out) - np.asarray(plain)).max() > 1e-4, spec
+    graphdef, params = nnx.split(model)
+    analyzer = an.HeadAnalyzer(graphdef, params, cfg, [b])
+    assert analyzer.evaluate().loss == analyzer.evaluate(with_stats=True).loss
+    assert analyzer.evaluate([("encoder_self", 0, 0)]).loss != analyzer.evaluate().loss
+
+
+def test_parse_mask_spec_rejects_bad_items():
+    cfg, _ = _model()
+    assert an.parse_mask_spec("encoder:0:1, cross:1:0", cfg) == [
+        ("encoder_self", 0, 1), ("cross", 1, 0)]  # fmt: skip
+    for bad in ("encoder:2:0", "cross:0:5", "foo:0:0", "encoder:0", ""):
+        try:
+            an.parse_mask_spec(bad, cfg)
+        except UserError:
+            continue
+        raise AssertionError(f"{bad!r} accepted")
+
+
+def test_analysis_cli_writes_heatmaps_statistics_and_report(tmp_path):
+    from transformer.trainer import train_and_evaluate
+
+    workdir = str(tmp_path / "run")
+    config = tiny_config(train__num_steps=10, train__log_every=5, train__eval_every=10,
+                         train__checkpoint_every=10, train__eval_bleu_sentences=0)  # fmt: skip
+    config.data.synthetic_eval_size = 12
+    train_and_evaluate(config, workdir)
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("the cat sees the dog .\n")
+    out = str(tmp_path / "analysis")
+    rc = an.main(["--workdir", workdir, "--out", out, "--input", str(inputs),
+                  "--num_sentences", "12", "--batch_size", "12", "--bleu_sentences", "6",
+                  "--bleu_heads", "2", "--mask_heads", "encoder:0:1,cross:0:3"])  # fmt: skip
+    assert rc == 0
+    report = json.load(open(os.path.join(out, "report.json")))
+    assert report["num_sentences"] == 12 and report["step"] == 10
+    assert len(report["heads"]) == 3 * 4  # (1 enc + 2 x 1 dec) layers x 4 heads
+    assert sum(h["bleu_delta"] is not None for h in report["heads"]) == 2
+    assert set(report["flagged"]) == {"dead", "sink", "positional"}
+    assert report["mask_heads"]["heads"] == ["encoder_self:0:1", "cross:0:3"]
+    assert report["mask_heads"]["loss_delta"] != 0
+    pngs = report["sentences"][0]["pngs"]
+    names = sorted(os.path.basename(p) for p in pngs)
+    assert names == ["cross_layer0.png", "decoder_self_layer0.png", "encoder_self_layer0.png",
+                     "overview.png"]  # fmt: skip
+    for path in pngs + report["stats_pngs"]:
+        assert os.path.getsize(path) > 1000, path
+    assert os.path.exists(os.path.join(out, "stats_importance.png"))

@@ -1,0 +1,115 @@
+"""Sweep runner: variants x seeds in subprocesses, skip/resume, failures, results and plots."""
+
+import csv
+import json
+import os
+
+import pytest
+
+from transformer import sweep as sw
+from transformer.errors import UserError
+
+TINY = {  # tests/helpers.tiny_config as overrides of configs/default.py, shortened further
+    "model.vocab_size": 200, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
+    "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_len": 64,
+    "model.dropout_rate": 0.0, "data.synthetic_train_size": 1500, "data.synthetic_eval_size": 8,
+    "data.max_source_len": 32, "data.max_target_len": 32, "train.batch_size": 16,
+    "train.num_steps": 6, "train.warmup_steps": 2, "train.schedule": "rsqrt",
+    "train.learning_rate": 3e-3, "train.log_every": 3, "train.eval_every": 3,
+    "train.checkpoint_every": 6, "train.eval_bleu_sentences": 0, "decode.batch_size": 8,
+    "decode.max_len_b": 5,
+}  # fmt: skip
+
+
+def _write_sweep(tmp_path, variants, seeds=(0, 1), parallel=2):
+    path = tmp_path / "sweep_cfg.py"
+    path.write_text(
+        "def get_config():\n"
+        f"    return {{'base': 'configs/default.py', 'overrides': {TINY!r},\n"
+        f"            'variants': {variants!r}, 'seeds': {list(seeds)!r},\n"
+        "            'eval_split': 'test', 'eval_overrides': {'decode.strategy': 'greedy'},\n"
+        f"            'parallel': {parallel}}}\n"
+    )
+    return str(path)
+
+
+def _attempts(log_path):
+    with open(log_path) as f:
+        return sum(line.startswith("=== 20") for line in f)
+
+
+def test_grid_names_and_key_resolution(tmp_path):
+    variants = sw.grid(norm_position=["pre", "post"], activation=["relu", "gelu"])
+    assert list(variants)[0] == "norm_position=pre,activation=relu"
+    assert len(variants) == 4
+    assert sw.grid({"train.warmup_steps": [0, 100]}) == {
+        "warmup_steps=0": {"train.warmup_steps": 0},
+        "warmup_steps=100": {"train.warmup_steps": 100},
+    }
+    sweep = sw.load_sweep(_write_sweep(tmp_path, {"v": {"norm_position": "post"}}))
+    assert sweep.variants == {"v": {"model.norm_position": "post"}}
+    for bad in ({"seed": 1}, {"model.nope": 1}):  # ambiguous (train/decode), unknown
+        with pytest.raises(UserError):
+            sw.load_sweep(_write_sweep(tmp_path, {"v": bad}))
+    assert sw.classify_failure(2, "error: non-finite loss (nan) at step 7; ...") == "diverged"
+    assert sw.classify_failure(1, "Traceback ...\nValueError: boom") == "failed"
+
+
+@pytest.mark.slow
+def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
+    variants = {"pre": {"model.norm_position": "pre"},
+                "post": {"model.norm_position": "post", "model.activation": "gelu"},
+                "bad": {"model.activation": "nonsense"}}  # fmt: skip
+    config = _write_sweep(tmp_path, variants)
+    workdir = str(tmp_path / "sweep")
+    args = ["--config", config, "--workdir", workdir, "--poll_s", "1"]
+    assert sw.main(args) == 0
+    out = capsys.readouterr().out
+    assert "[1/6] variant=pre seed=0: training" in out
+    assert "FAILED (invalid config)" in out and "nonsense" in out
+    for name in ("pre", "post"):
+        for seed in (0, 1):
+            run = os.path.join(workdir, name, str(seed))
+            status = json.load(open(os.path.join(run, "status.json")))
+            assert status["status"] == "done", status
+            record = json.load(open(os.path.join(run, "eval", "test.json")))
+            assert record["step"] == 6 and record["decode"]["strategy"] == "greedy"
+            assert json.load(open(os.path.join(run, "config.json")))["train"]["seed"] == seed
+    bad = json.load(open(os.path.join(workdir, "bad", "0", "status.json")))
+    assert bad["status"] == "failed" and "nonsense" in bad["error"]
+    rows = {r["variant"]: r for r in csv.DictReader(open(os.path.join(workdir, "results.csv")))}
+    assert rows["pre"]["done"] == "2" and rows["bad"]["failed"] == "2"
+    assert float(rows["post"]["bleu_std"]) >= 0 and int(rows["pre"]["params"]) > 0
+    assert float(rows["pre"]["best_valid_loss"]) > 0 and float(rows["pre"]["tokens_per_s"]) > 0
+    md = open(os.path.join(workdir, "results.md")).read()
+    assert "| pre |" in md and "| post |" in md and "bad seed 0: failed" in md
+    for png in ("valid_loss.png", "bleu.png"):
+        assert os.path.getsize(os.path.join(workdir, png)) > 1000
+
+    # Interrupted after training, before its evaluation: only that run's eval reruns.
+    done_evals = {
+        (n, s): os.path.getmtime(os.path.join(workdir, n, str(s), "eval", "test.json"))
+        for n in ("pre", "post") for s in (0, 1) if (n, s) != ("post", 1)
+    }  # fmt: skip
+    interrupted = os.path.join(workdir, "post", "1")
+    os.remove(os.path.join(interrupted, "eval", "test.json"))
+    os.remove(os.path.join(interrupted, "status.json"))
+    assert sw.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("skipped (finished)") == 3
+    assert "FAILED (invalid config)" in out  # checked again in-process, no subprocess
+    for (n, s), mtime in done_evals.items():
+        assert os.path.getmtime(os.path.join(workdir, n, str(s), "eval", "test.json")) == mtime
+        assert _attempts(os.path.join(workdir, n, str(s), "train.log")) == 1
+    assert _attempts(os.path.join(interrupted, "train.log")) == 2  # resumed: nothing to train
+    assert _attempts(os.path.join(interrupted, "eval.log")) == 2
+    assert json.load(open(os.path.join(interrupted, "status.json")))["status"] == "done"
+    from transformer.logger import read_metrics
+
+    steps = [r["step"] for r in read_metrics(interrupted) if r["kind"] == "train"]
+    assert steps == [3, 6]  # not trained again
+
+    # --report_only rebuilds the tables without running anything.
+    os.remove(os.path.join(workdir, "results.md"))
+    assert sw.main(args + ["--report_only"]) == 0
+    assert os.path.exists(os.path.join(workdir, "results.md"))
