@@ -1,0 +1,128 @@
+"""benchmarks/throughput.py end to end on a tiny model (2 + 2 layers, d_model 64).
+
+The train/pipeline and decode parts run as two concurrent subprocesses (XLA compiles on one
+core each) with --steps 2 (the median-of-8 rule is relaxed for tests only). The pipeline part
+uses the embedded synthetic corpus, so no data files are needed.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+from tests.helpers import ROOT, run
+
+SCRIPT = "benchmarks/throughput.py"
+TINY = [
+    "--config=configs/bench_base.py",
+    "--config.model.num_encoder_layers=2",
+    "--config.model.num_decoder_layers=2",
+    "--config.model.d_model=64",
+    "--config.model.num_heads=4",
+    "--config.model.d_ff=128",
+    "--config.model.vocab_size=200",
+    "--config.model.max_len=64",
+    "--config.train.batch_size=8",
+    "--config.data.max_source_len=16",
+    "--config.data.max_target_len=16",
+    "--config.decode.batch_size=8",
+    "--json",
+    "--steps=2",
+]
+TRAIN_FIGURES = {
+    "train_tokens_per_s",
+    "train_step_s",
+    "compile_s",
+    "train_step_flops",
+    "matmul_peak_gflops",
+    "mfu",
+}
+PIPELINE_FIGURES = {
+    "train_real_tokens_per_s",
+    "padding_fraction",
+    "train_padded_real_tokens_per_s",
+    "padded_padding_fraction",
+}
+LENGTHS = (8, 16)
+DECODE_FIGURES = {
+    f"{name}_{n}"
+    for n in LENGTHS
+    for name in (
+        "decode_greedy_tokens_per_s",
+        "decode_sample_tokens_per_s",
+        "decode_beam4_sentences_per_s",
+        "decode_greedy_nocache_tokens_per_s",
+    )
+}
+
+
+def _start(args):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, *TINY, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _records(proc) -> list[dict]:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    lines = [line for line in out.splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # stdout holds JSON lines only
+    for r in records:
+        assert list(r)[:4] == ["figure", "value", "unit", "impl"], r
+        assert r["impl"] == "jax-transformer"
+    return records
+
+
+def test_throughput_tiny_reports_every_figure(tmp_path):
+    train = _start(
+        [
+            "--what=train,pipeline",
+            "--matmul_sizes=128,256",
+            "--config.data.name=synthetic",
+            "--config.data.synthetic_train_size=800",
+            "--config.data.synthetic_eval_size=20",
+            f"--workdir={tmp_path}",
+        ]
+    )
+    decode = _start(["--what=decode", "--decode_lengths=8,16", "--nocache_blocks=2"])
+    records = _records(train) + _records(decode)
+    by_name = {r["figure"]: r for r in records}
+    expected = TRAIN_FIGURES | PIPELINE_FIGURES | DECODE_FIGURES | {"peak_rss_mib", "setup"}
+    assert expected <= set(by_name), sorted(expected - set(by_name))
+    for name in expected - {"setup"}:
+        value = by_name[name]["value"]
+        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (name, value)
+    assert 0 < by_name["mfu"]["value"] < 1.5
+    for name in ("padding_fraction", "padded_padding_fraction"):
+        assert 0 < by_name[name]["value"] < 1
+    assert by_name["setup"]["cpus"] == os.cpu_count()
+    for n in LENGTHS:
+        nocache = by_name[f"decode_greedy_nocache_tokens_per_s_{n}"]
+        assert nocache["output_tokens"] == n
+        assert nocache["agrees_with_cached"] >= 0.9  # same greedy tokens as the KV cache
+
+
+def test_pipeline_skips_missing_data_path():
+    proc = run(
+        [SCRIPT, *TINY, "--what=pipeline", "--config.data.path=/nonexistent/multi30k"],
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "pipeline: skipped" in proc.stderr and "/nonexistent/multi30k" in proc.stderr
+    figures = [json.loads(line)["figure"] for line in proc.stdout.splitlines() if line.strip()]
+    assert figures == ["setup", "peak_rss_mib"]
+
+
+def test_bad_what_is_a_one_line_error():
+    proc = run([SCRIPT, *TINY, "--what=train,bogus"], timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: --what 'train,bogus': choose from train, pipeline, decode"
+    )
