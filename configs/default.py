@@ -1,8 +1,8 @@
 """Default run: a small Transformer on the embedded synthetic corpus (no download needed).
 
 Command:   python train.py --config configs/default.py --workdir runs/default
-Expected:  test BLEU >= 90 on the synthetic test split (eval.py --workdir runs/default)
-Run time:  about 10 minutes on 2 CPU cores.
+Expected:  test BLEU ~97 with eval.py --workdir runs/default (greedy; valid BLEU > 90 by step 750)
+Run time:  about 25 minutes on 2 CPU cores (27 min measured with validation every 250 steps).
 """
 
 from configs.base import get_base_config
