@@ -15,6 +15,7 @@ import time
 
 import jax
 import numpy as np
+from flax import nnx
 
 from transformer import metrics as metrics_lib
 from transformer import run_config
@@ -22,7 +23,6 @@ from transformer.checkpoint import Checkpointer
 from transformer.data import make_datasets
 from transformer.errors import UserError
 from transformer.optim import make_optimizer
-from transformer.steps import init_state
 from transformer.trainer import abstract_train_state, build_model
 from transformer.translate import DecodeSettings, Translator
 
@@ -68,7 +68,8 @@ def restore_run(
         total = params if total is None else jax.tree.map(np.add, total, params)
     params = jax.tree.map(lambda x: (x / len(steps)).astype(np.float32), total)
     checkpoints.close()
-    graphdef, _ = init_state(build_model(model_cfg, 0), optimizer)
+    # The graph structure only: building it abstractly allocates no parameters or optimizer state.
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: build_model(model_cfg, 0)), nnx.Param)
     data = make_datasets(config, workdir)
     for side, tok in (("source", data.source_tokenizer), ("target", data.target_tokenizer)):
         if tok.vocab_size != model_cfg.vocab_size:
