@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from transformer.loss import cross_entropy
 from transformer.masks import shift_right
 
 BOS_ID = 2
@@ -26,28 +27,6 @@ class TrainState(NamedTuple):
     step: jax.Array  # int32 scalar
     params: Any  # nnx.State of the model's Params
     opt_state: Any
-
-
-def cross_entropy(
-    logits: jax.Array, targets: jax.Array, weights: jax.Array, label_smoothing: float
-) -> tuple[jax.Array, jax.Array]:
-    """Sums over tokens of (label-smoothed loss, plain NLL); logits float32 [B, T, V].
-
-    The smoothed loss puts 1 - ls on the target and ls / (V - 1) on every other token, minus
-    that distribution's entropy so a perfect prediction scores 0.
-    """
-    vocab = logits.shape[-1]
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]  # [B, T]
-    if label_smoothing > 0:
-        confidence = 1.0 - label_smoothing
-        low = label_smoothing / (vocab - 1)
-        entropy = -(confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low))
-        smooth = -jnp.sum(log_probs, axis=-1)  # [B, T] sum over the vocabulary
-        loss = confidence * nll + low * (smooth - nll) - entropy
-    else:
-        loss = nll
-    return jnp.sum(loss * weights), jnp.sum(nll * weights)
 
 
 def _forward(graphdef, params, batch, rng, *, train: bool, scheduled_sampling_rate=0.0):
