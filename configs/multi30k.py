@@ -6,16 +6,19 @@ data/task1/raw; research use only). Here they lie at ../shared/data/multi30k.
 
 Command:   python train.py --config configs/multi30k.py --workdir runs/multi30k_en_de \
                --config.data.path=../shared/data/multi30k
-           python eval.py --workdir runs/multi30k_en_de --checkpoint latest --average_last 5
-Expected:  the recipe's target is sacreBLEU >= 38 on test2016 en->de (>= 40 de->en); see the
-           README's Results table for what the project's own commands measured.
-Run time:  budgeted at <= 60 minutes of training on 2 CPU cores.
+           python eval.py --workdir runs/multi30k_en_de --split test
+Expected:  measured here (2 CPU cores): validation BLEU 24.5 / 33.3 / 36.1 / 36.4 at steps
+           500 / 1000 / 1500 / 2000, and test2016 sacreBLEU 36.4, chrF 61.2 (beam 4, length
+           penalty 1.5); short of the 38 target, see the README's Results for why.
+Run time:  58 minutes on 2 CPU cores (1.6 s per step, four beam-search validations).
 
 A small model sized for the hour: a 3+3-layer, d_model 256 Pre-LN Transformer on a shared 8k
 SentencePiece vocabulary with sequence packing, dropout 0.2 and label smoothing 0.1, 2,000
-steps of ~2k target tokens (about 7 epochs) on a cosine schedule. A step takes ~1.6 s on 2 CPU
-cores, so the run fits the hour with four beam-search validations. Checkpoints every 100 steps
-feed eval.py's averaging of the last five.
+steps of ~2k target tokens (about 7 epochs) on a cosine schedule. Checkpoints every 100 steps
+feed eval.py's --average_last. Decoding was chosen on the validation split: length penalty
+0.6 / 1.0 / 1.5 gave 36.4 / 37.0 / 37.1 BLEU (0.6 left hypotheses 6% short, BP 0.94), and
+averaging the last five checkpoints gave nothing over the last one (the cosine schedule has
+already annealed them to the same point).
 """
 
 from configs.base import get_base_config
@@ -53,6 +56,6 @@ def get_config():
     dec = config.decode
     dec.strategy = "beam"
     dec.beam_size = 4
-    dec.length_penalty = 0.6
+    dec.length_penalty = 1.5  # chosen on the validation split (docstring)
     dec.batch_size = 64
     return config

@@ -2,7 +2,7 @@
 
 Command:   python train.py --config configs/multi30k_de_en.py --workdir runs/multi30k_de_en \
                --config.data.path=../shared/data/multi30k
-           python eval.py --workdir runs/multi30k_de_en --average_last 5
+           python eval.py --workdir runs/multi30k_de_en --split test
 Expected:  target sacreBLEU >= 40 on test2016 (see the README's Results for measured figures).
 Run time:  budgeted at <= 60 minutes of training on 2 CPU cores.
 """

@@ -36,6 +36,21 @@ def tiny_config(**train_overrides):
     return config
 
 
+def tiny_args(**overrides) -> list[str]:
+    """tiny_config(**overrides) as the `--config.section.field=value` flags that turn
+    configs/default.py into it (only the fields that differ)."""
+    from configs.default import get_config
+
+    default, config = get_config(), tiny_config(**overrides)
+    args = []
+    for section in config.keys():
+        for field in config[section].keys():
+            value = config[section][field]
+            if value != default[section][field]:
+                args.append(f"--config.{section}.{field}={value}")
+    return args
+
+
 def run(args, *, env=None, timeout=600, check=False):
     """Runs a project command in a subprocess (from the repository root)."""
     full_env = dict(os.environ, **(env or {}))

@@ -126,3 +126,16 @@ def test_bad_what_is_a_one_line_error():
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: --what 'train,bogus': choose from train, pipeline, decode"
     )
+
+
+def test_profile_step_attributes_the_step_to_ops(tmp_path):
+    args = [a for a in TINY if a not in ("--json", "--steps=2")]
+    proc = run(["benchmarks/profile_step.py", *args, "--steps=1", "--top=5", "--json",
+                f"--trace_dir={tmp_path}"], check=True)  # fmt: skip
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    step = next(r["value"] for r in records if r["figure"] == "profiled_step_ms")
+    kinds = {r["kind"]: r["value"] for r in records if r["figure"] == "op_kind_ms"}
+    ops = [r for r in records if r["figure"] == "op_ms"]
+    assert step > 0 and kinds.get("matmul", 0) > 0 and len(ops) == 5
+    assert all(r["value"] > 0 and r["shape"] for r in ops)
+    assert ops == sorted(ops, key=lambda r: -r["value"])

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_args
 from transformer.checkpoint import Checkpointer
 from transformer.logger import read_metrics
 
@@ -34,21 +34,6 @@ FAULT_RUN = dict(
 )
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax writes <step>.orbax-checkpoint-tmp*, then renames
 START_TIMEOUT = 300  # seconds for one train.py process; generous for a loaded 2-core machine
-
-
-def tiny_args(**overrides) -> list[str]:
-    """tiny_config(**overrides) as the `--config.section.field=value` flags that turn
-    configs/default.py into it (only the fields that differ)."""
-    from configs.default import get_config
-
-    default, config = get_config(), tiny_config(**overrides)
-    args = []
-    for section in config.keys():
-        for field in config[section].keys():
-            value = config[section][field]
-            if value != default[section][field]:
-                args.append(f"--config.{section}.{field}={value}")
-    return args
 
 
 class Train:

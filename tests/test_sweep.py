@@ -113,3 +113,19 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     os.remove(os.path.join(workdir, "results.md"))
     assert sw.main(args + ["--report_only"]) == 0
     assert os.path.exists(os.path.join(workdir, "results.md"))
+
+
+def test_eval_longer_than_reaches_eval_py_and_is_validated(tmp_path):
+    path = _write_sweep(tmp_path, {"v": {}}, seeds=(0,))
+    text = open(path).read().replace("'parallel'", "'eval_longer_than': 'train', 'parallel'")
+    open(path, "w").write(text)
+    sweep = sw.load_sweep(path)
+    assert sweep.eval_longer_than == "train"
+    (run,) = sw.plan_runs(sweep, str(tmp_path / "runs"))
+    assert "--longer_than=train" in run.eval_command()
+    for bad in ("'long'", "-3", "True"):
+        open(path, "w").write(
+            text.replace("'eval_longer_than': 'train'", f"'eval_longer_than': {bad}")
+        )
+        with pytest.raises(UserError, match="eval_longer_than"):
+            sw.load_sweep(path)

@@ -186,3 +186,35 @@ def test_eval_without_checkpoint_is_one_line_error(tmp_path):
 
 def test_jax_platform_is_cpu():
     assert jax.default_backend() == "cpu"
+
+
+def test_eval_longer_than_scores_the_sentences_over_the_limit(trained_run, tmp_path):
+    import sacrebleu
+    import sentencepiece as spm
+
+    sources = [
+        "The dog sleeps.",
+        "A cat sees the boy.",
+        "The clever boy sees the red dog in the big house.",
+        "The old woman who sees the small cat gives the boy a red apple.",
+        "The boy sleeps.",
+        "Because the dog sleeps, the cat sees the clever woman.",
+    ]
+    references = ["Der Hund schläft.", "Eine Katze sieht den Jungen.", "x", "y", "z", "w"]
+    (tmp_path / "s.txt").write_text("\n".join(sources) + "\n")
+    (tmp_path / "r.txt").write_text("\n".join(references) + "\n")
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(trained_run, "vocab", "shared.model"))
+    lengths = [len(sp.encode(s)) + 1 for s in sources]  # EOS counts, as in data.max_source_len
+    limit = sorted(lengths)[2]
+    keep = [i for i, n in enumerate(lengths) if n > limit]
+    assert 0 < len(keep) < len(sources)
+    proc = run(["eval.py", "--workdir", trained_run, "--src", str(tmp_path / "s.txt"),
+                "--ref", str(tmp_path / "r.txt"), "--name", "long",
+                "--longer_than", str(limit)], check=True)  # fmt: skip
+    record = json.load(open(os.path.join(trained_run, "eval", "long.json")))
+    hyps = open(os.path.join(trained_run, "eval", "long.hyp.txt")).read().splitlines()
+    longer = record["longer"]
+    assert longer["sentences"] == len(keep) and longer["source_tokens_over"] == limit
+    expected = sacrebleu.corpus_bleu([hyps[i] for i in keep], [[references[i] for i in keep]])
+    assert longer["bleu"] == pytest.approx(expected.score, abs=1e-6)
+    assert f"sources over {limit} tokens: {len(keep)} sentences, BLEU" in proc.stdout

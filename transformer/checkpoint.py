@@ -113,17 +113,63 @@ class Checkpointer:
             data=ocp.args.JsonRestore(),
             meta=ocp.args.JsonRestore(),
         )
-        try:
-            restored = self.manager.restore(step, args=args)
-        except (ValueError, KeyError) as e:
-            raise UserError(
-                f"checkpoint {self.directory}/{step} does not match the model config "
-                f"({_first_line(e)}); use the config the run was trained with"
-            ) from None
-        return restored.state, restored.data, restored.meta
+        # Shapes are compared from the metadata first: a restore that fails on them leaves
+        # Orbax's asyncio reads failing in the background, which print tracebacks at exit.
+        what = _shape_differences(os.path.join(self.directory, str(step), "state"), abstract_state)
+        if not what:
+            try:
+                restored = self.manager.restore(step, args=args)
+                return restored.state, restored.data, restored.meta
+            except (ValueError, KeyError) as e:
+                what = _first_line(e)
+        self.close()
+        raise UserError(
+            f"checkpoint {self.directory}/{step} does not match the model config ({what}); "
+            "use the config the run was trained with"
+        )
 
     def close(self):
         self.manager.close()
+
+
+def _leaf_name(path) -> str:
+    """'params.encoder_layers.0.ff.wi.kernel.value': Orbax's name for a pytree leaf."""
+    parts = []
+    for key in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+    return ".".join(parts)
+
+
+def _shape_differences(state_dir: str, abstract_state: Any, limit: int = 3) -> str:
+    """The parameters whose stored shapes differ from the config's, as one short phrase
+    ('' when the checkpoint's metadata cannot be read)."""
+    import jax
+
+    try:
+        with ocp.StandardCheckpointer() as reader:
+            metadata = reader.metadata(state_dir)
+        stored = getattr(getattr(metadata, "item_metadata", metadata), "tree", None)
+        stored = {m.name: tuple(m.shape) for m in jax.tree.leaves(stored) if hasattr(m, "name")}
+    except Exception:  # noqa: BLE001 - only a better message is at stake
+        return ""
+    wanted = {_leaf_name(path): tuple(leaf.shape)
+              for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)}  # fmt: skip
+    params = sorted(name for name in wanted.keys() | stored.keys() if name.startswith("params."))
+    differ = [n for n in params if n in wanted and n in stored and wanted[n] != stored[n]]
+    parts = [f"{n[len('params.'):]}: checkpoint {stored[n]}, config {wanted[n]}"
+             for n in differ[:limit]]  # fmt: skip
+    if len(differ) > limit:
+        parts.append(f"{len(differ) - limit} more shapes differ")
+    only_stored = [n for n in params if n not in wanted]
+    only_wanted = [n for n in params if n not in stored]
+    if only_stored:
+        parts.append(f"{len(only_stored)} arrays only in the checkpoint, e.g. {only_stored[0]}")
+    if only_wanted:
+        parts.append(f"{len(only_wanted)} arrays only in the config, e.g. {only_wanted[0]}")
+    return "; ".join(parts)
 
 
 def _first_line(e: Exception) -> str:

@@ -23,7 +23,7 @@ from transformer.checkpoint import Checkpointer
 from transformer.data import make_datasets
 from transformer.errors import UserError
 from transformer.optim import make_optimizer
-from transformer.trainer import abstract_train_state, build_model
+from transformer.trainer import abstract_train_state, build_model, check_tokenizers
 from transformer.translate import DecodeSettings, Translator
 
 
@@ -61,9 +61,9 @@ def restore_run(
     optimizer, _ = make_optimizer(config.train)
     template = abstract_train_state(model_cfg, optimizer)
     template = {"step": template.step, "params": template.params, "opt_state": template.opt_state}
-    total = None
+    total, metas = None, {}
     for s in steps:
-        state, _, _ = checkpoints.restore(s, template)
+        state, _, metas[s] = checkpoints.restore(s, template)
         params = jax.tree.map(lambda x: np.asarray(x, np.float64), state["params"])
         total = params if total is None else jax.tree.map(np.add, total, params)
     params = jax.tree.map(lambda x: (x / len(steps)).astype(np.float32), total)
@@ -78,6 +78,8 @@ def restore_run(
                 f"checkpoint's model.vocab_size={model_cfg.vocab_size}; the tokenizer does not "
                 f"belong to this run: restore the run's vocab/ directory"
             )
+    for s, meta in metas.items():
+        check_tokenizers(meta, data, f"{workdir}/checkpoints/{s}")
     translator = Translator(
         graphdef, model_cfg, DecodeSettings.from_config(config.decode),
         data.source_tokenizer, data.target_tokenizer,
@@ -96,9 +98,18 @@ def evaluate(
     overrides=(),
     name: str | None = None,
     run: RestoredRun | None = None,
+    longer_than: int | str | None = None,
+    command: str | None = None,
 ) -> dict:
     """Translates a split (or --src against --ref), scores it with sacreBLEU and chrF, and
-    writes eval/<name>.{json,src.txt,hyp.txt,ref.txt}. Returns the JSON record."""
+    writes eval/<name>.{json,src.txt,hyp.txt,ref.txt}. Returns the JSON record.
+
+    longer_than: also score the sentences whose source has more than this many tokens (the
+    run's tokenizer, EOS included, as data.max_source_len counts them), or 'train' for the
+    run's data.max_source_len: the ones longer than any training example, for length
+    generalisation. Their translations are the same as in the full score (decoding does not
+    depend on the batch); the result is record['longer'].
+    """
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both files or neither")
     run = run or restore_run(
@@ -130,6 +141,9 @@ def evaluate(
         metrics_lib.write_lines(os.path.join(out_dir, f"{name}.{suffix}.txt"), lines)
     config = run.config
     settings = dataclasses.asdict(run.translator.settings)
+    longer = None
+    if longer_than is not None:
+        longer = _score_longer(run, sources, hypotheses, references, longer_than)
     record = {
         "name": name,
         "split": split_name,
@@ -148,6 +162,10 @@ def evaluate(
         "train_time_s": _train_time(workdir),
         "machine": f"{platform.machine()} {os.cpu_count()} CPU cores, {jax.default_backend()}",
     }
+    if longer is not None:
+        record["longer"] = longer
+    if command:
+        record["command"] = command  # shown by transformer.report under the table
     if translations.num_truncated:
         print(
             f"warning: {translations.num_truncated} input(s) longer than model.max_len="
@@ -159,6 +177,26 @@ def evaluate(
     os.replace(tmp, os.path.join(out_dir, f"{name}.json"))
     record["_scores"] = scores
     return record
+
+
+def _score_longer(run, sources, hypotheses, references, longer_than) -> dict:
+    """BLEU/chrF of the sentences whose source is longer than `longer_than` tokens."""
+    if longer_than == "train":
+        limit = int(run.config.data.max_source_len)
+    else:
+        try:
+            limit = int(longer_than)
+        except ValueError:
+            raise UserError(
+                f"--longer_than={longer_than!r}: give a token count or 'train'"
+            ) from None
+    lengths = [len(ids) + 1 for ids in run.data.source_tokenizer.encode_batch(list(sources))]
+    keep = [i for i, n in enumerate(lengths) if n > limit]
+    result = {"source_tokens_over": limit, "sentences": len(keep), "bleu": None, "chrf": None}
+    if keep:
+        scores = metrics_lib.score([hypotheses[i] for i in keep], [references[i] for i in keep])
+        result.update(bleu=scores.bleu, chrf=scores.chrf)
+    return result
 
 
 def _direction(config) -> str:

@@ -141,6 +141,14 @@ def format_decode(decode: dict) -> str:
     return ", ".join(parts)
 
 
+def format_step(r: dict) -> str:
+    """``2000``, or ``avg 1600-2000 (5)`` for parameters averaged over checkpoints."""
+    averaged = r.get("averaged_steps") or []
+    if len(averaged) > 1:
+        return f"avg {averaged[0]}-{averaged[-1]} ({len(averaged)})"
+    return str(r["step"])
+
+
 def _run_name(r: dict) -> str:
     name = str(r.get("name") or r["_run"])
     config = r.get("config_name")
@@ -170,7 +178,7 @@ def render(results: Sequence[dict]) -> str:
             r["split"],
             format_score(r["bleu"]),
             format_score(r["chrf"]),
-            r["step"],
+            format_step(r),
             format_decode(r["decode"]),
             f"{speed:,.1f}" if _is_number(speed) else speed,
             format_duration(r.get("train_time_s")),

@@ -13,6 +13,9 @@ A sweep config is a Python file whose `get_config()` returns a dict (or a Config
   seeds           [0, 1, ...]: each (variant, seed) is one run with train.seed = seed
   eval_split      split scored by eval.py after training (default 'test')
   eval_overrides  decode settings for that evaluation, e.g. {'decode.strategy': 'greedy'}
+  eval_longer_than  also score the test sentences whose source is longer than this many
+                  tokens, or 'train' (longer than data.max_source_len, i.e. than any training
+                  example): eval.py --longer_than, a length-generalisation column
   parallel        runs at once (default 1); >1 starts that many subprocesses, one GPU each
                   when GPUs are visible
 
@@ -95,6 +98,7 @@ class Sweep:
     eval_split: str
     eval_overrides: dict[str, object]
     parallel: int
+    eval_longer_than: int | str | None = None
 
 
 def _plain(value):
@@ -157,7 +161,7 @@ def load_sweep(path: str) -> Sweep:
     if not isinstance(raw, Mapping):
         raise UserError(f"{path}: get_config() must return a dict or ConfigDict")
     known = {"base", "overrides", "variants", "seeds", "eval_split", "eval_overrides", "parallel",
-             "name", "description"}  # fmt: skip
+             "name", "description", "eval_longer_than"}  # fmt: skip
     unknown = sorted(set(raw) - known)
     if unknown:
         raise UserError(f"{path}: unknown sweep field(s) {unknown}; valid: {sorted(known)}")
@@ -183,6 +187,12 @@ def load_sweep(path: str) -> Sweep:
     parallel = int(raw.get("parallel", 1))
     if parallel < 1:
         raise UserError(f"{path}: parallel must be >= 1, got {parallel}")
+    longer_than = raw.get("eval_longer_than")
+    if longer_than is not None and longer_than != "train":
+        if not isinstance(longer_than, int) or isinstance(longer_than, bool) or longer_than < 0:
+            raise UserError(
+                f"{path}: eval_longer_than must be a token count or 'train', got {longer_than!r}"
+            )
     return Sweep(
         path=path,
         base=raw["base"],
@@ -192,6 +202,7 @@ def load_sweep(path: str) -> Sweep:
         eval_split=str(raw.get("eval_split", "test")),
         eval_overrides=eval_overrides,
         parallel=parallel,
+        eval_longer_than=longer_than,
     )
 
 
@@ -209,6 +220,7 @@ class Run:
     eval_split: str
     num_steps: int | None = None
     config_error: str | None = None
+    eval_longer_than: int | str | None = None
 
     @property
     def label(self) -> str:
@@ -222,6 +234,8 @@ class Run:
     def eval_command(self) -> list[str]:
         args = [sys.executable, _script("eval.py"), f"--workdir={self.workdir}",
                 f"--split={self.eval_split}"]  # fmt: skip
+        if self.eval_longer_than is not None:
+            args.append(f"--longer_than={self.eval_longer_than}")
         return args + [f"--config.{k}={_flag_value(v)}" for k, v in self.eval_overrides.items()]
 
     @property
@@ -270,6 +284,7 @@ def plan_runs(sweep: Sweep, workdir: str, only: list[str] | None = None) -> list
                 eval_overrides={**sweep.eval_overrides, **decode},
                 base=base_path,
                 eval_split=sweep.eval_split,
+                eval_longer_than=sweep.eval_longer_than,
             )
             _resolve_run_config(run)
             runs.append(run)
@@ -571,6 +586,8 @@ def _run_summary(run: Run) -> dict:
         "status": state,
         "bleu": record.get("bleu") if record else None,
         "chrf": record.get("chrf") if record else None,
+        "longer_bleu": (record.get("longer") or {}).get("bleu") if record else None,
+        "longer_sentences": (record.get("longer") or {}).get("sentences") if record else None,
         "best_valid_loss": min((loss for _, loss in curve if math.isfinite(loss)), default=None),
         "params": params,
         "tokens_per_s": statistics.median(tps) if tps else None,
@@ -606,6 +623,9 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
             "bleu_mean": _mean(r["bleu"] for r in done),
             "bleu_std": _std(r["bleu"] for r in done),
             "chrf_mean": _mean(r["chrf"] for r in done),
+            "longer_bleu_mean": _mean(r["longer_bleu"] for r in done),
+            "longer_bleu_std": _std(r["longer_bleu"] for r in done),
+            "longer_sentences": next((r["longer_sentences"] for r in done), None),
             "best_valid_loss": _mean(r["best_valid_loss"] for r in done),
             "params": next((r["params"] for r in rs if r["params"] is not None), None),
             "tokens_per_s": _mean(r["tokens_per_s"] for r in done),
@@ -626,15 +646,15 @@ def write_report(sweep: Sweep, runs: list[Run], workdir: str) -> list[dict]:
     table, per_run = aggregate(sweep, runs)
     os.makedirs(workdir, exist_ok=True)
     columns = ["variant", "overrides", "runs", "done", "bleu_mean", "bleu_std", "chrf_mean",
-               "best_valid_loss", "params", "tokens_per_s", "wall_s", "diverged",
-               "failed"]  # fmt: skip
+               "longer_bleu_mean", "longer_bleu_std", "longer_sentences", "best_valid_loss",
+               "params", "tokens_per_s", "wall_s", "diverged", "failed"]  # fmt: skip
     with open(os.path.join(workdir, "results.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, columns)
         writer.writeheader()
         for row in table:
             writer.writerow({k: "" if row[k] is None else row[k] for k in columns})
-    run_columns = ["variant", "seed", "status", "bleu", "chrf", "best_valid_loss", "params",
-                   "tokens_per_s", "wall_s", "error"]  # fmt: skip
+    run_columns = ["variant", "seed", "status", "bleu", "chrf", "longer_bleu", "best_valid_loss",
+                   "params", "tokens_per_s", "wall_s", "error"]  # fmt: skip
     with open(os.path.join(workdir, "runs.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, run_columns)
         writer.writeheader()
@@ -643,6 +663,13 @@ def write_report(sweep: Sweep, runs: list[Run], workdir: str) -> list[dict]:
     _write_markdown(sweep, table, per_run, workdir)
     _plot(sweep, table, per_run, workdir)
     return table
+
+
+def _mean_std(mean, std) -> str:
+    text = _fmt(mean)
+    if std is not None:
+        text += f" ± {std:.2f}"
+    return text
 
 
 def _write_markdown(sweep: Sweep, table, per_run, workdir: str) -> None:
@@ -662,19 +689,27 @@ def _write_markdown(sweep: Sweep, table, per_run, workdir: str) -> None:
     if sweep.overrides:
         shown = ", ".join(f"`{k}={_short(v)}`" for k, v in sweep.overrides.items())
         lines += ["", f"Every run: {shown}."]
+    longer = sweep.eval_longer_than is not None
+    longer_head = ""
+    if longer:
+        over = sweep.eval_longer_than
+        over = "data.max_source_len" if over == "train" else over
+        n = next((r["longer_sentences"] for r in table if r["longer_sentences"] is not None), None)
+        longer_head = f" BLEU, source > {over} tokens" + (f" ({n} sent.)" if n else "") + " |"
     lines += [
         "",
-        "| variant | overrides | BLEU (mean ± std) | chrF | best valid loss | params | "
-        "train tok/s | wall s/run | done | diverged | failed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| variant | overrides | BLEU (mean ± std) | chrF |" + longer_head + " best valid loss | "
+        "params | train tok/s | wall s/run | done | diverged | failed |",
+        "|---|---|---|---|" + ("---|" if longer else "") + "---|---|---|---|---|---|---|",
     ]
     for row in table:
-        bleu = _fmt(row["bleu_mean"])
-        if row["bleu_std"] is not None:
-            bleu += f" ± {row['bleu_std']:.2f}"
+        bleu = _mean_std(row["bleu_mean"], row["bleu_std"])
+        longer_cell = ""
+        if longer:
+            longer_cell = f" {_mean_std(row['longer_bleu_mean'], row['longer_bleu_std'])} |"
         lines.append(
             f"| {row['variant']} | {row['overrides'] or '(base)'} | {bleu} | "
-            f"{_fmt(row['chrf_mean'])} | {_fmt(row['best_valid_loss'], '{:.3f}')} | "
+            f"{_fmt(row['chrf_mean'])} |{longer_cell} {_fmt(row['best_valid_loss'], '{:.3f}')} | "
             f"{_fmt(row['params'], '{:,}')} | {_fmt(row['tokens_per_s'], '{:,.0f}')} | "
             f"{_fmt(row['wall_s'], '{:.0f}')} | {row['done']}/{row['runs']} | "
             f"{row['diverged']} | {row['failed']} |"

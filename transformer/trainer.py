@@ -79,6 +79,27 @@ def abstract_train_state(model_cfg, optimizer):
     return jax.eval_shape(make)
 
 
+def tokenizer_fingerprints(data) -> dict:
+    """Hashes of the run's vocabularies, stored in each checkpoint's metadata."""
+    return {side: getattr(data, f"{side}_tokenizer").fingerprint for side in ("source", "target")}
+
+
+def check_tokenizers(meta: dict, data, checkpoint: str) -> None:
+    """The run's tokenizers must be the ones its checkpoint was trained with: a vocabulary of
+    the same size but other pieces would load and silently translate garbage."""
+    saved = (meta or {}).get("tokenizers")
+    if not saved:
+        return  # a checkpoint written before fingerprints were recorded
+    for side, fingerprint in tokenizer_fingerprints(data).items():
+        if saved.get(side) != fingerprint:
+            tok = getattr(data, f"{side}_tokenizer")
+            raise UserError(
+                f"the {side} tokenizer {tok.path or ''} (fingerprint {fingerprint}) is not the "
+                f"one {checkpoint} was trained with ({saved.get(side)}); restore the run's "
+                "vocab/ directory or the original data.vocab_path"
+            )
+
+
 def train_and_evaluate(config, workdir: str) -> TrainResult:
     model_cfg = run_config.validate(config)
     is_main = jax.process_index() == 0
@@ -113,6 +134,7 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
             data = load_data()
     else:
         data = load_data()
+    data.eval_split("valid")  # a missing validation split fails now, not at the first evaluation
     for side, tok in (("source", data.source_tokenizer), ("target", data.target_tokenizer)):
         if tok.vocab_size != model_cfg.vocab_size:
             raise UserError(
@@ -142,7 +164,8 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
                 lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                 target, parallel.state_shardings(target),
             )  # fmt: skip
-        restored, data_state, _ = checkpoints.restore(start, target)
+        restored, data_state, meta = checkpoints.restore(start, target)
+        check_tokenizers(meta, data, f"{workdir}/checkpoints/{start}")
         state = TrainState(**restored)
         train_iter.set_state(data_state)
         logger.truncate_after(start)
@@ -185,7 +208,7 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
         return result
 
     def save(step: int, bleu: float | None):
-        meta = {"step": step, "time": time.time()}
+        meta = {"step": step, "time": time.time(), "tokenizers": tokenizer_fingerprints(data)}
         checkpoints.save(
             step, _as_dict(parallel.logical_state(state)), train_iter.get_state(), meta, bleu
         )

@@ -1,0 +1,153 @@
+"""Side-by-side table of benchmark figures, with the performance targets and whether each is met.
+
+    python benchmarks/throughput.py --config configs/bench_base.py --json > jax.jsonl
+    python benchmarks/compare_torch.py --json > torch.jsonl
+    python benchmarks/table.py jax.jsonl torch.jsonl [--readme README.md --section Performance]
+
+Reads the JSON lines both benchmark scripts print (`{"figure", "value", "impl", ...}`; other
+lines are ignored), puts each figure in a row with one column per implementation, and below
+it the targets: ratios against the PyTorch peer (this project over MarianMT) and ratios
+within this project (packed over padded batches, cached over uncached decoding). The output
+is deterministic, so a README section rendered from unchanged files stays byte-identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+OURS, PEER = "jax-transformer", "torch-marian"
+
+# Figures shown, in order (others in the files are ignored).
+FIGURES = (
+    "train_tokens_per_s", "train_step_s", "compile_s", "matmul_peak_gflops", "mfu",
+    "train_real_tokens_per_s", "train_padded_real_tokens_per_s", "padding_fraction",
+    "padded_padding_fraction", "decode_greedy_tokens_per_s", "decode_greedy_tokens_per_s_256",
+    "decode_sample_tokens_per_s", "decode_sample_tokens_per_s_256",
+    "decode_beam4_sentences_per_s", "decode_beam4_sentences_per_s_256",
+    "decode_greedy_nocache_tokens_per_s", "decode_greedy_nocache_tokens_per_s_256",
+    "peak_rss_mib",
+)  # fmt: skip
+
+# (description, numerator (impl, figure), denominator (impl, figure) or None, target, kind):
+# kind 'min' = the value must be >= target, 'max' = <= target.
+TARGETS = (
+    ("training tokens/s vs MarianMT (milestone)", (OURS, "train_tokens_per_s"),
+     (PEER, "train_tokens_per_s"), 1.0, "min"),
+    ("training tokens/s vs MarianMT (goal)", (OURS, "train_tokens_per_s"),
+     (PEER, "train_tokens_per_s"), 1.2, "min"),
+    ("MFU (fraction of the measured matmul peak)", (OURS, "mfu"), None, 0.70, "min"),
+    ("real-data tokens/s, packed vs padded batches", (OURS, "train_real_tokens_per_s"),
+     (OURS, "train_padded_real_tokens_per_s"), 1.5, "min"),
+    ("padding fraction of packed batches", (OURS, "padding_fraction"), None, 0.05, "max"),
+    ("greedy tokens/s vs generate()", (OURS, "decode_greedy_tokens_per_s"),
+     (PEER, "decode_greedy_tokens_per_s"), 3.0, "min"),
+    ("sampling tokens/s vs generate()", (OURS, "decode_sample_tokens_per_s"),
+     (PEER, "decode_sample_tokens_per_s"), 3.0, "min"),
+    ("beam-4 sentences/s vs generate()", (OURS, "decode_beam4_sentences_per_s"),
+     (PEER, "decode_beam4_sentences_per_s"), 3.0, "min"),
+    ("cached vs uncached greedy at 256 tokens", (OURS, "decode_greedy_tokens_per_s_256"),
+     (OURS, "decode_greedy_nocache_tokens_per_s_256"), 5.0, "min"),
+)  # fmt: skip
+
+
+def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], dict]:
+    """{(impl, figure): record} from JSON-lines files; the last record of a pair wins."""
+    figures = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(record, dict) and "figure" in record and "impl" in record:
+                    figures[(record["impl"], record["figure"])] = record
+    return figures
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    if abs(value) >= 100:
+        return f"{value:,.1f}"
+    if abs(value) >= 1:
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return f"{value:.3f}"
+
+
+def render(figures: dict[tuple[str, str], dict]) -> str:
+    impls = [i for i in (OURS, PEER) if any(k[0] == i for k in figures)]
+    impls += sorted({k[0] for k in figures} - set(impls))
+    lines = ["| figure | unit | " + " | ".join(impls) + " | ratio |",
+             "|---|---|" + "---|" * len(impls) + "---|"]  # fmt: skip
+    for name in FIGURES:
+        row = [figures.get((impl, name)) for impl in impls]
+        if not any(row):
+            continue
+        unit = next(r["unit"] for r in row if r)
+        values = [r["value"] if r else None for r in row]
+        ratio = ""
+        if len(values) >= 2 and values[0] and values[1] and unit.endswith("/s"):
+            ratio = f"{values[0] / values[1]:.2f}x"
+        lines.append(f"| `{name}` | {unit} | " + " | ".join(_fmt(v) for v in values)
+                     + f" | {ratio} |")  # fmt: skip
+    lines += ["", "| target | measured | needed | met |", "|---|---|---|---|"]
+    for text, num, den, target, kind in TARGETS:
+        top = figures.get(num)
+        bottom = figures.get(den) if den else None
+        if top is None or (den and bottom is None):
+            lines.append(f"| {text} | not measured | {_need(target, kind, den)} | |")
+            continue
+        value = top["value"] / bottom["value"] if den else top["value"]
+        met = value >= target if kind == "min" else value <= target
+        shown = f"{value:.2f}x" if den else f"{value:.3f}"
+        lines.append(f"| {text} | {shown} | {_need(target, kind, den)} | "
+                     f"{'yes' if met else 'no'} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _need(target: float, kind: str, ratio) -> str:
+    sign = ">=" if kind == "min" else "<="
+    return f"{sign} {target:g}x" if ratio else f"{sign} {target:g}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from transformer.errors import UserError, exit_on_user_error
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", help="JSON-lines outputs of the benchmark scripts")
+    parser.add_argument("--readme", help="write the table into this file's section")
+    parser.add_argument("--section", default="Performance", help="README section marker name")
+    args = parser.parse_args(argv)
+
+    with exit_on_user_error():
+        for path in args.files:
+            if not os.path.isfile(path):
+                raise UserError(f"{path} does not exist; run the benchmark scripts with --json")
+        figures = read_figures(args.files)
+        if not figures:
+            raise UserError(f"no benchmark figures in {', '.join(args.files)}")
+        table = render(figures)
+        if args.readme:
+            from transformer.report import update_readme
+
+            changed = update_readme(args.readme, args.section, table)
+            print(f"{args.readme}: section {args.section} {'updated' if changed else 'unchanged'}")
+        else:
+            sys.stdout.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""benchmarks/table.py: figures from both scripts' JSON lines side by side, targets judged."""
+
+import json
+
+from benchmarks import table
+
+
+def _write(path, records, noise=True):
+    lines = ["compiling...", "not json {"] if noise else []
+    lines += [json.dumps(r) for r in records]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def fig(impl, figure, value, unit="tokens/s"):
+    return {"figure": figure, "value": value, "unit": unit, "impl": impl}
+
+
+def test_table_ratios_and_targets(tmp_path, capsys):
+    ours = _write(tmp_path / "jax.jsonl", [
+        fig(table.OURS, "train_tokens_per_s", 660.0),
+        fig(table.OURS, "mfu", 0.75, "fraction"),
+        fig(table.OURS, "train_real_tokens_per_s", 300.0),
+        fig(table.OURS, "train_padded_real_tokens_per_s", 100.0),
+        fig(table.OURS, "padding_fraction", 0.08, "fraction"),
+    ])  # fmt: skip
+    peer = _write(tmp_path / "torch.jsonl", [fig(table.PEER, "train_tokens_per_s", 600.0)])
+    assert table.main([ours, peer]) == 0
+    out = capsys.readouterr().out
+    assert "| `train_tokens_per_s` | tokens/s | 660.0 | 600.0 | 1.10x |" in out
+    assert "| training tokens/s vs MarianMT (milestone) | 1.10x | >= 1x | yes |" in out
+    assert "| training tokens/s vs MarianMT (goal) | 1.10x | >= 1.2x | no |" in out
+    assert "| MFU (fraction of the measured matmul peak) | 0.750 | >= 0.7 | yes |" in out
+    assert "| real-data tokens/s, packed vs padded batches | 3.00x | >= 1.5x | yes |" in out
+    assert "| padding fraction of packed batches | 0.080 | <= 0.05 | no |" in out
+    assert "| greedy tokens/s vs generate() | not measured |" in out
+
+
+def test_table_into_readme_section_and_errors(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- report:Perf:start -->\nold\n<!-- report:Perf:end -->\ny\n")
+    ours = _write(tmp_path / "a.jsonl", [fig(table.OURS, "train_tokens_per_s", 1.0)])
+    assert table.main([ours, "--readme", str(readme), "--section", "Perf"]) == 0
+    text = readme.read_text()
+    assert "old" not in text and "`train_tokens_per_s`" in text and text.endswith("y\n")
+    empty = _write(tmp_path / "b.jsonl", [], noise=True)
+    for args in ([str(tmp_path / "missing.jsonl")], [empty]):
+        try:
+            table.main(args)
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError("expected exit 2")
+    err = capsys.readouterr().err
+    assert "missing.jsonl does not exist" in err and "no benchmark figures" in err
