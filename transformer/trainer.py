@@ -20,7 +20,7 @@ from flax import nnx
 from transformer import metrics as metrics_lib
 from transformer import run_config
 from transformer.checkpoint import Checkpointer
-from transformer.data import make_datasets
+from transformer.data import load_split, make_datasets
 from transformer.errors import UserError
 from transformer.flops import forward_flops
 from transformer.logger import MetricsLogger
@@ -134,7 +134,9 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
             data = load_data()
     else:
         data = load_data()
-    data.eval_split("valid")  # a missing validation split fails now, not at the first evaluation
+    # A missing validation split fails now, not at the first evaluation (reading it is cheap;
+    # tokenizing waits for the evaluation).
+    load_split(config.data, data.split_name("valid"), workdir)
     for side, tok in (("source", data.source_tokenizer), ("target", data.target_tokenizer)):
         if tok.vocab_size != model_cfg.vocab_size:
             raise UserError(
