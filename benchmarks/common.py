@@ -21,7 +21,22 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["emit", "format_value", "median_time", "peak_rss_mib"]
+__all__ = ["DECODE_MODES", "FIRST_WORD_ID", "emit", "format_value", "median_time", "peak_rss_mib"]
+
+# Decoding modes timed by throughput.py and profiled by profile_step.py:
+# mode -> (figure name at 64 tokens, decode-setting overrides).
+DECODE_MODES = {
+    "greedy": ("decode_greedy_tokens_per_s", {"strategy": "greedy"}),
+    "sample": (
+        "decode_sample_tokens_per_s",
+        {"strategy": "sample", "temperature": 0.8, "top_k": 40, "top_p": 0.9, "num_samples": 1},
+    ),
+    "beam4": (
+        "decode_beam4_sentences_per_s",
+        {"strategy": "beam", "beam_size": 4, "length_penalty": 0.6, "n_best": 1},
+    ),
+}
+FIRST_WORD_ID = 4  # random benchmark tokens avoid pad/unk/bos/eos
 
 
 def format_value(value: float) -> str:

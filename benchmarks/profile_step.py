@@ -1,16 +1,22 @@
-"""Where a training step's time goes: a jax.profiler trace of the compiled step, per XLA op.
+"""Where a training step's or a decoding call's time goes: a jax.profiler trace, per XLA op.
 
     python benchmarks/profile_step.py --config configs/bench_base.py [--config.field=value ...]
-        [--steps 3] [--top 25] [--trace_dir /tmp/transformer_profile] [--json]
+        [--what train|greedy|sample|beam4] [--decode_len 64] [--steps 3] [--top 25]
+        [--trace_dir /tmp/transformer_profile] [--json]
 
-Builds the project's train step for the config on fixed-shape random batches (as
-`benchmarks/throughput.py --what train` does), traces `--steps` steps after compilation, and
-prints each XLA op's time per step with its output shape and the JAX operation it came from,
-then the totals per kind: matrix products (XLA CPU's `ynn_fusion`/`dot` ops and their fused
-epilogues), layout copies (`copy`/`transpose` fusions: data moved into another layout, no
-arithmetic) and the rest (elementwise, reductions, RNG, loops). The op times are summed over
-the step; XLA's CPU runtime can run independent ops at once, so they may add up to more than
-the step's wall time. The trace (TensorBoard/Perfetto format) stays in --trace_dir.
+--what train (default) builds the project's train step for the config on fixed-shape random
+batches (as `benchmarks/throughput.py --what train` does); greedy / sample / beam4 build the
+Translator's compiled decoding call for decode.batch_size random sources, forced to emit
+exactly --decode_len tokens per row (as `throughput.py --what decode` does, same settings).
+It traces `--steps` calls after compilation and warm-up, and prints each XLA op's time per
+call with its output shape and the JAX operation it came from, then the totals per kind:
+matrix products (XLA CPU's `ynn_fusion`/`dot` ops and their fused epilogues), layout copies
+(`copy`/`transpose` fusions: data moved into another layout, no arithmetic), the rest
+(elementwise, reductions, RNG, sorting) and the time outside any op (the runtime dispatching
+ops one after another, loop control: what dominates a decoding step's small ops). The op
+times are summed over the call; XLA's CPU runtime can run independent ops at once, so they
+may add up to more than the call's wall time. The trace (TensorBoard/Perfetto format) stays
+in --trace_dir.
 """
 
 from __future__ import annotations
@@ -34,8 +40,16 @@ if ROOT not in sys.path:
 from transformer.cli import run_cli  # noqa: E402
 from transformer.errors import UserError  # noqa: E402
 
+try:  # run as `python benchmarks/profile_step.py` (script dir on sys.path) or as a module
+    from benchmarks.common import DECODE_MODES, FIRST_WORD_ID
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from common import DECODE_MODES, FIRST_WORD_ID
+
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
-flags.DEFINE_integer("steps", 3, "Traced steps (after one compile step and two warm-up steps).")
+flags.DEFINE_enum("what", "train", ["train", *DECODE_MODES], "What to profile.")
+flags.DEFINE_integer("decode_len", 64, "Output tokens per row when profiling decoding.")
+flags.DEFINE_integer("steps", 3, "Traced calls (after one compile call and two warm-up calls).")
 flags.DEFINE_integer("top", 25, "Ops listed, slowest first.")
 flags.DEFINE_string("trace_dir", "/tmp/transformer_profile", "Where the trace is written.")
 flags.DEFINE_bool("json", False, "One JSON object per line instead of a table.")
@@ -45,7 +59,8 @@ RUNTIME_EVENTS = ("ThunkExecutor", "$", "PjitFunction", "Slinky", "CommonPjRt", 
 
 
 def build_step(config):
-    """(jitted train step, state, batch, rng) for the config, on random fixed-shape batches."""
+    """(call, compiled HLO text): `call()` runs one train step of the config on a fixed-shape
+    random batch and returns what to block on."""
     import jax
     import numpy as np
     from flax import nnx
@@ -64,10 +79,49 @@ def build_step(config):
     batch = {}
     for side, length in (("src", config.data.max_source_len), ("tgt", config.data.max_target_len)):
         length = int(length)
-        batch[side] = rng.integers(4, model_cfg.vocab_size, (rows, length), dtype=np.int32)
+        batch[side] = rng.integers(FIRST_WORD_ID, model_cfg.vocab_size, (rows, length), np.int32)
         batch[f"{side}_segments"] = np.ones((rows, length), np.int32)
         batch[f"{side}_positions"] = np.tile(np.arange(length, dtype=np.int32), (rows, 1))
-    return step, state, batch, jax.random.key(0)
+    key = jax.random.key(0)
+    compiled_text = step.lower(state, batch, key).compile().as_text()
+    holder = {"state": state}
+
+    def call():
+        holder["state"], metrics = step(holder["state"], batch, key)
+        return metrics
+
+    return call, compiled_text
+
+
+def build_decode(config, mode: str, length: int):
+    """(call, compiled HLO text): `call()` decodes decode.batch_size random sources of
+    data.max_source_len tokens with the `mode` settings, exactly `length` tokens per row."""
+    import dataclasses
+
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from transformer import run_config
+    from transformer.data import EOS_ID
+    from transformer.model import Transformer
+    from transformer.translate import DecodeSettings, Translator
+
+    model_cfg = run_config.validate(config)
+    if length < 1 or length > model_cfg.max_len:
+        raise UserError(f"--decode_len must be in [1, model.max_len={model_cfg.max_len}]")
+    graphdef, params = nnx.split(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), nnx.Param)
+    rows, s_len = int(config.decode.batch_size), int(config.data.max_source_len)
+    src = np.random.default_rng(1).integers(FIRST_WORD_ID, model_cfg.vocab_size, (rows, s_len))
+    src[:, -1] = EOS_ID
+    src, row_ids = jnp.asarray(src, jnp.int32), jnp.arange(rows, dtype=jnp.int32)
+    settings = dataclasses.replace(
+        DecodeSettings.from_config(config.decode), **DECODE_MODES[mode][1],
+        max_len_a=0.0, max_len_b=length, min_len=length, batch_size=rows,
+    )  # fmt: skip
+    translator = Translator(graphdef, model_cfg, settings, None, None)
+    compiled = translator._decode_fn.lower(params, src, row_ids, max_out=length).compile()
+    return (lambda: compiled(params, src, row_ids)), compiled.as_text()
 
 
 def op_table(hlo_text: str) -> dict[str, tuple[str, str, str]]:
@@ -113,17 +167,17 @@ def main(argv):
         raise UserError("--config is required, e.g. --config configs/bench_base.py")
     if FLAGS.steps < 1 or FLAGS.top < 1:
         raise UserError("--steps and --top must be >= 1")
-    step, state, batch, rng = build_step(config)
-    compiled_text = step.lower(state, batch, rng).compile().as_text()
+    if FLAGS.what == "train":
+        call, compiled_text = build_step(config)
+    else:
+        call, compiled_text = build_decode(config, FLAGS.what, FLAGS.decode_len)
     for _ in range(3):  # compile + warm-up
-        state, metrics = step(state, batch, rng)
-        jax.block_until_ready(metrics)
+        jax.block_until_ready(call())
     times = []
     jax.profiler.start_trace(FLAGS.trace_dir, create_perfetto_trace=True)
     for _ in range(FLAGS.steps):
         start = time.perf_counter()
-        state, metrics = step(state, batch, rng)
-        jax.block_until_ready(metrics)
+        jax.block_until_ready(call())
         times.append(time.perf_counter() - start)
     jax.profiler.stop_trace()
     step_ms = float(np.median(times)) * 1e3
@@ -138,16 +192,24 @@ def main(argv):
         print(json.dumps({"figure": "profiled_step_ms", "value": step_ms, "steps": FLAGS.steps}))
         for kind, ms in kinds.most_common():
             print(json.dumps({"figure": "op_kind_ms", "kind": kind, "value": ms}))
+        outside = max(step_ms - sum(kinds.values()), 0.0)
+        print(json.dumps({"figure": "op_kind_ms", "kind": "outside ops", "value": outside}))
         for name, ms in rows:
             shape, kind, op_name = ops[name]
             print(json.dumps({"figure": "op_ms", "op": name, "value": ms, "kind": kind,
                               "shape": shape, "jax_op": op_name}))  # fmt: skip
         return
-    print(f"step: {step_ms:.1f} ms (median of {FLAGS.steps} traced steps); trace in "
+    unit = "step" if FLAGS.what == "train" else f"{FLAGS.what} call ({FLAGS.decode_len} tokens)"
+    print(f"{unit}: {step_ms:.1f} ms (median of {FLAGS.steps} traced calls); trace in "
           f"{FLAGS.trace_dir}")  # fmt: skip
-    print(f"op time per step by kind (sum {sum(kinds.values()):.1f} ms):")
+    print(f"op time per call by kind (sum {sum(kinds.values()):.1f} ms):")
     for kind, ms in kinds.most_common():
-        print(f"  {kind:<12} {ms:9.1f} ms  {100 * ms / max(step_ms, 1e-9):5.1f}% of the step")
+        print(f"  {kind:<12} {ms:9.1f} ms  {100 * ms / max(step_ms, 1e-9):5.1f}% of the call")
+    outside = step_ms - sum(kinds.values())
+    if outside > 0:  # runtime dispatch between ops, loop control, host work
+        print(
+            f"  {'outside ops':<12} {outside:9.1f} ms  {100 * outside / step_ms:5.1f}% of the call"
+        )
     print(f"slowest {len(rows)} ops:")
     for name, ms in rows:
         shape, kind, op_name = ops[name]

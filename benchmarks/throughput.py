@@ -90,27 +90,15 @@ from transformer.cli import load_config_flag, run_cli  # noqa: E402
 from transformer.errors import UserError  # noqa: E402
 
 try:  # run as `python benchmarks/throughput.py` (script dir on sys.path) or as a module
-    from benchmarks.common import emit, median_time, peak_rss_mib
+    from benchmarks.common import DECODE_MODES, FIRST_WORD_ID, emit, median_time, peak_rss_mib
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import emit, median_time, peak_rss_mib
+    from common import DECODE_MODES, FIRST_WORD_ID, emit, median_time, peak_rss_mib
 
 IMPL = "jax-transformer"
 WHAT = ("train", "pipeline", "decode")
-DECODE_MODES = {
-    "greedy": ("decode_greedy_tokens_per_s", {"strategy": "greedy"}),
-    "sample": (
-        "decode_sample_tokens_per_s",
-        {"strategy": "sample", "temperature": 0.8, "top_k": 40, "top_p": 0.9, "num_samples": 1},
-    ),
-    "beam4": (
-        "decode_beam4_sentences_per_s",
-        {"strategy": "beam", "beam_size": 4, "length_penalty": 0.6, "n_best": 1},
-    ),
-}
 NOCACHE_FIGURE = "decode_greedy_nocache_tokens_per_s"
 NOCACHE_BLOCKS = 8
-FIRST_WORD_ID = 4  # random tokens avoid pad/unk/bos/eos
 
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
 flags.DEFINE_string("what", ",".join(WHAT), "Comma-separated parts: train, pipeline, decode.")

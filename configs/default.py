@@ -1,8 +1,15 @@
 """Default run: a small Transformer on the embedded synthetic corpus (no download needed).
 
 Command:   python train.py --config configs/default.py --workdir runs/default
-Expected:  test BLEU ~97 with eval.py --workdir runs/default (greedy; valid BLEU > 90 by step 750)
-Run time:  about 25 minutes on 2 CPU cores (27 min measured with validation every 250 steps).
+Expected:  test BLEU 90.1, chrF 95.2 with eval.py --workdir runs/default (greedy), measured
+           here; validation BLEU 68.2 at step 400 and 92.1 at step 800.
+Run time:  9.3 minutes on 2 CPU cores (wall time of train.py: data, vocabulary, compilation,
+           800 steps and two validations).
+
+A 2+2-layer model on an 800-step cosine schedule: sized so the default run reaches BLEU 90
+in about ten minutes. The 3+3-layer model on the same schedule (--config.model.
+num_encoder_layers=3 --config.model.num_decoder_layers=3) measured test BLEU 92.8 in 13.2
+minutes; 1,500 steps of it reached 96.8.
 """
 
 from configs.base import get_base_config
@@ -13,22 +20,22 @@ def get_config():
     config.model.vocab_size = 1000
     config.model.d_model = 256
     config.model.num_heads = 4
-    config.model.num_encoder_layers = 3
-    config.model.num_decoder_layers = 3
+    config.model.num_encoder_layers = 2
+    config.model.num_decoder_layers = 2
     config.model.d_ff = 1024
     config.model.norm_position = "pre"
     config.model.max_len = 128
     config.model.dropout_rate = 0.1
     config.data.max_source_len = 48
     config.data.max_target_len = 48
-    config.train.num_steps = 1500
+    config.train.num_steps = 800
     config.train.batch_size = 32
     config.train.learning_rate = 2e-3
-    config.train.warmup_steps = 200
+    config.train.warmup_steps = 150
     config.train.schedule = "cosine"
     config.train.log_every = 50
-    config.train.eval_every = 500
-    config.train.checkpoint_every = 500
+    config.train.eval_every = 400
+    config.train.checkpoint_every = 400
     config.train.eval_bleu_sentences = 200
     config.decode.strategy = "greedy"
     return config

@@ -139,3 +139,17 @@ def test_profile_step_attributes_the_step_to_ops(tmp_path):
     assert step > 0 and kinds.get("matmul", 0) > 0 and len(ops) == 5
     assert all(r["value"] > 0 and r["shape"] for r in ops)
     assert ops == sorted(ops, key=lambda r: -r["value"])
+
+
+def test_profile_step_profiles_a_decoding_call(tmp_path):
+    args = [a for a in TINY if a not in ("--steps=2",)]  # keeps --json
+    proc = run(["benchmarks/profile_step.py", *args, "--what=sample", "--decode_len=5",
+                "--steps=1", "--top=3", f"--trace_dir={tmp_path}"], check=True)  # fmt: skip
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    call_ms = next(r["value"] for r in records if r["figure"] == "profiled_step_ms")
+    kinds = {r["kind"]: r["value"] for r in records if r["figure"] == "op_kind_ms"}
+    assert call_ms > 0 and kinds.get("matmul", 0) > 0 and "outside ops" in kinds
+    # The per-kind op times plus the time outside ops account for the whole call.
+    assert sum(kinds.values()) >= 0.99 * call_ms
+    ops = [r for r in records if r["figure"] == "op_ms"]
+    assert len(ops) == 3 and all(r["value"] > 0 for r in ops)

@@ -357,6 +357,48 @@ def test_top_k_property_exact_count(logits, top_k):
     assert keep[np.argsort(-logits, kind="stable")[:top_k]].all()
 
 
+_candidates = jax.jit(decoding.top_candidates, static_argnames="top_k")
+
+
+def scatter_candidates(values, ids, v):
+    out = np.full(values.shape[:-1] + (v,), -np.inf, np.float32)
+    np.put_along_axis(out, ids, values, axis=-1)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    logits=_quarter_logits,
+    temperature=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+    top_k=st.sampled_from([1, 2, 4, V + 1]),
+    top_p=st.floats(0.0, 1.0),
+)
+def test_top_candidates_are_what_filter_logits_keeps(logits, temperature, top_k, top_p):
+    # Quarter-step logits tie often: lax.top_k must order ties by index like the filter.
+    args = (logits[None], jnp.float32(temperature), top_k, jnp.float32(top_p))
+    values, ids = jax.tree.map(np.asarray, _candidates(*args))
+    assert values.shape == ids.shape == (1, min(top_k, V))
+    assert len(set(ids[0].tolist())) == ids.shape[1]
+    assert np.all(np.diff(values[0][np.isfinite(values[0])]) <= 0), "best first"
+    np.testing.assert_array_equal(scatter_candidates(values, ids, V), np.asarray(_filter(*args)))
+
+
+def test_top_candidates_static_arguments_and_checks():
+    x = np.array([[1.0, 3.0, 3.0, 0.0, 2.0, -1.0]], np.float32)
+    values, ids = decoding.top_candidates(x, temperature=0.5, top_k=3, top_p=0.9)
+    np.testing.assert_array_equal(
+        scatter_candidates(np.asarray(values), np.asarray(ids), V),
+        np.asarray(decoding.filter_logits(x, temperature=0.5, top_k=3, top_p=0.9)),
+    )
+    assert np.asarray(ids).tolist() == [[1, 2, 4]]
+    values, ids = decoding.top_candidates(x, temperature=0.0, top_k=3)  # greedy: one left
+    assert np.asarray(ids).tolist() == [[1]] and np.asarray(values).tolist() == [[3.0]]
+    with pytest.raises(ValueError, match="top_k >= 1"):
+        decoding.top_candidates(x, top_k=0)
+    with pytest.raises(TypeError, match="static Python int"):
+        decoding.top_candidates(x, top_k=jnp.int32(2))
+
+
 # --------------------------------------------------------------------------------------
 # Greedy and its equivalents
 # --------------------------------------------------------------------------------------

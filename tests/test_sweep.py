@@ -114,6 +114,18 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     assert sw.main(args + ["--report_only"]) == 0
     assert os.path.exists(os.path.join(workdir, "results.md"))
 
+    # --readme puts that table between the README's markers, with the command that made it.
+    readme = tmp_path / "README.md"
+    readme.write_text("# r\n<!-- report:Sweep:start -->\nold\n<!-- report:Sweep:end -->\ntail\n")
+    assert sw.main(args + ["--report_only", "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("<!-- report:Sweep:end -->\ntail\n")
+    assert "| pre |" in text and "| post |" in text and "\n# Sweep results" not in text
+    assert f"--workdir {workdir} --report_only --readme {readme}`" in text
+    readme.write_text("# no markers\n")
+    assert sw.main(args + ["--report_only", "--readme", str(readme)]) == 2
+    assert "report:Sweep:start" in capsys.readouterr().err
+
 
 def test_eval_longer_than_reaches_eval_py_and_is_validated(tmp_path):
     path = _write_sweep(tmp_path, {"v": {}}, seeds=(0,))

@@ -116,6 +116,22 @@ def _num_rows(cache: Any, *others: Any) -> int:
     raise ValueError("cannot infer the number of rows: give a non-empty cache or max_lens")
 
 
+def _pick(x: jax.Array, index: jax.Array) -> jax.Array:
+    """x[r, index[r]] for each row: [N, V], [N] -> [N]."""
+    return jnp.take_along_axis(x, index[:, None], axis=-1)[:, 0]
+
+
+def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
+    """x[rows] along axis 0, for indices known to be in bounds.
+
+    jnp.take's default mode masks out-of-bounds rows with a select over the whole gathered
+    array; for beam search's cache reorder ([B*k, heads, max_len, head_dim] per layer, every
+    step) that select cost as much as the copy. "clip" clamps the indices instead (a no-op
+    here) and compiles to the gather alone.
+    """
+    return jnp.take(x, rows, axis=0, mode="clip")
+
+
 def _row_limits(max_lens, n: int, max_len: int) -> jax.Array:
     if max_lens is None:
         return jnp.full((n,), max_len, jnp.int32)
@@ -145,6 +161,50 @@ def _call(tokens_to_logits, tokens, step, cache, n: int):
 # --------------------------------------------------------------------------------------
 
 
+def _check_top_k(top_k) -> int:
+    if not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool):
+        raise TypeError(f"top_k must be a static Python int, got {type(top_k).__name__}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+    return int(top_k)
+
+
+def _apply_temperature(logits: jax.Array, temperature, top_k: int) -> tuple[jax.Array, int]:
+    """Step 1 of :func:`filter_logits`; a static temperature of 0 becomes ``top_k = 1``."""
+    t_static = _static_number(temperature)
+    if t_static is not None:
+        if t_static < 0:
+            raise ValueError(f"temperature must be >= 0, got {t_static}")
+        if t_static == 0:
+            return logits, 1
+        return (logits / t_static if t_static != 1.0 else logits), top_k
+    t = jnp.asarray(temperature, jnp.float32)
+    if t.ndim != 0:
+        raise ValueError(f"temperature must be a scalar, got shape {t.shape}")
+    v = logits.shape[-1]
+    is_top = jnp.arange(v) == jnp.argmax(logits, axis=-1)[..., None]
+    scaled = logits / jnp.where(t > 0, t, 1.0)
+    return jnp.where(t > 0, scaled, jnp.where(is_top, logits, -jnp.inf)), top_k
+
+
+def _nucleus_keep(sorted_logits: jax.Array, top_p) -> jax.Array:
+    """Top-p keep mask over logits sorted best first (ties by index): float[..., n] -> bool.
+
+    Keeps each entry whose preceding probability mass is below ``top_p``, i.e. the smallest
+    prefix reaching ``top_p``, and always the first entry.
+    """
+    p = jnp.asarray(top_p, jnp.float32)
+    cum = jnp.cumsum(jax.nn.softmax(sorted_logits, axis=-1), axis=-1)
+    mass_before = jnp.concatenate([jnp.zeros_like(cum[..., :1]), cum[..., :-1]], axis=-1)
+    first = jnp.arange(sorted_logits.shape[-1]) == 0
+    return (mass_before < p) | (p >= 1.0) | first
+
+
+def _top_p_active(top_p) -> bool:
+    p_static = _static_number(top_p)
+    return p_static is None or p_static < 1.0
+
+
 def filter_logits(logits: jax.Array, temperature=1.0, top_k: int = 0, top_p=1.0) -> jax.Array:
     """Temperature scaling, then top-k, then top-p (nucleus) filtering, in that order.
 
@@ -165,6 +225,9 @@ def filter_logits(logits: jax.Array, temperature=1.0, top_k: int = 0, top_p=1.0)
     ``top_p >= 1`` pass is skipped) or traced float scalars (any value works, including a
     traced ``temperature == 0`` and a traced ``top_p >= 1``, which keeps everything).
 
+    This is the full-vocabulary reference; :func:`sample` draws from the same distribution
+    through :func:`top_candidates` whenever ``top_k`` is set, without sorting V entries.
+
     Args:
       logits: float[..., V].
     Returns:
@@ -173,29 +236,7 @@ def filter_logits(logits: jax.Array, temperature=1.0, top_k: int = 0, top_p=1.0)
     logits = jnp.asarray(logits, jnp.float32)
     v = logits.shape[-1]
     neg_inf = jnp.array(-jnp.inf, jnp.float32)
-
-    if not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool):
-        raise TypeError(f"top_k must be a static Python int, got {type(top_k).__name__}")
-    top_k = int(top_k)
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
-
-    # 1. Temperature.
-    t_static = _static_number(temperature)
-    if t_static is not None:
-        if t_static < 0:
-            raise ValueError(f"temperature must be >= 0, got {t_static}")
-        if t_static == 0:
-            top_k = 1
-        elif t_static != 1.0:
-            logits = logits / t_static
-    else:
-        t = jnp.asarray(temperature, jnp.float32)
-        if t.ndim != 0:
-            raise ValueError(f"temperature must be a scalar, got shape {t.shape}")
-        is_top = jnp.arange(v) == jnp.argmax(logits, axis=-1)[..., None]
-        scaled = logits / jnp.where(t > 0, t, 1.0)
-        logits = jnp.where(t > 0, scaled, jnp.where(is_top, logits, neg_inf))
+    logits, top_k = _apply_temperature(logits, temperature, _check_top_k(top_k))
 
     # 2. Top-k: keep entries above the k-th value plus the lowest-index ties equal to it.
     if 0 < top_k < v:
@@ -207,19 +248,37 @@ def filter_logits(logits: jax.Array, temperature=1.0, top_k: int = 0, top_p=1.0)
         logits = jnp.where(keep, logits, neg_inf)
 
     # 3. Top-p on the renormalised distribution left by steps 1-2.
-    p_static = _static_number(top_p)
-    if p_static is None or p_static < 1.0:
-        p = jnp.asarray(top_p, jnp.float32)
+    if _top_p_active(top_p):
         order = jnp.argsort(-logits, axis=-1, stable=True)
-        sorted_probs = jnp.take_along_axis(jax.nn.softmax(logits, axis=-1), order, axis=-1)
-        cum = jnp.cumsum(sorted_probs, axis=-1)
-        mass_before = jnp.concatenate([jnp.zeros_like(cum[..., :1]), cum[..., :-1]], axis=-1)
-        keep_sorted = (mass_before < p) | (p >= 1.0) | (jnp.arange(v) == 0)
+        keep_sorted = _nucleus_keep(jnp.take_along_axis(logits, order, axis=-1), top_p)
         keep = jnp.put_along_axis(
             jnp.zeros_like(keep_sorted), order, keep_sorted, axis=-1, inplace=False
         )
         logits = jnp.where(keep, logits, neg_inf)
     return logits
+
+
+def top_candidates(
+    logits: jax.Array, temperature=1.0, top_k: int = 1, top_p=1.0
+) -> tuple[jax.Array, jax.Array]:
+    """What :func:`filter_logits` keeps, as its ``min(top_k, V)`` best entries.
+
+    Returns ``(values float32[..., k], ids int32[..., k])`` sorted best first (ties by
+    index, as ``lax.top_k`` orders them), with entries that top-p drops set to ``-inf``:
+    ``filter_logits(logits, ...)`` is ``values`` scattered to ``ids`` over a row of ``-inf``.
+    One ``lax.top_k`` pass over V and a softmax over k entries replace filter_logits' sort,
+    softmax and scatter over V, and a sampler then draws its Gumbel noise for k values,
+    not V.
+    """
+    top_k = _check_top_k(top_k)
+    if top_k == 0:
+        raise ValueError("top_candidates needs top_k >= 1; use filter_logits for top_k = 0")
+    logits = jnp.asarray(logits, jnp.float32)
+    logits, top_k = _apply_temperature(logits, temperature, top_k)
+    values, ids = lax.top_k(logits, min(top_k, logits.shape[-1]))
+    if _top_p_active(top_p):
+        values = jnp.where(_nucleus_keep(values, top_p), values, -jnp.inf)
+    return values, ids.astype(jnp.int32)
 
 
 # --------------------------------------------------------------------------------------
@@ -301,15 +360,20 @@ def sample(
             masked = jnp.where(forbid_eos & is_eos, -jnp.inf, logits)
             tok = jnp.argmax(masked, axis=-1).astype(jnp.int32)
             tok = jnp.where(forced[:, 0], eos_id, tok)
-            logp = jax.nn.log_softmax(logits, axis=-1)
+            tok_logp = _pick(logits, tok) - jax.nn.logsumexp(logits, axis=-1)
         else:
             constrained = jnp.where(forbid_eos & is_eos, -jnp.inf, logits)
             constrained = jnp.where(forced, jnp.where(is_eos, 0.0, -jnp.inf), constrained)
-            filtered = filter_logits(constrained, temperature, top_k, top_p)
             keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(rngs, step)
-            tok = jax.vmap(jax.random.categorical)(keys, filtered).astype(jnp.int32)
-            logp = jax.nn.log_softmax(filtered, axis=-1)
-        tok_logp = jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
+            if top_k > 0:  # draw among the k candidates: no sort or noise over V
+                values, ids = top_candidates(constrained, temperature, top_k, top_p)
+                choice = jax.vmap(jax.random.categorical)(keys, values)
+                tok = _pick(ids, choice)
+            else:
+                values = filter_logits(constrained, temperature, top_k, top_p)
+                tok = choice = jax.vmap(jax.random.categorical)(keys, values)
+            tok = tok.astype(jnp.int32)
+            tok_logp = _pick(values, choice) - jax.nn.logsumexp(values, axis=-1)
         tok = jnp.where(finished, pad_id, tok)
         scores = scores + jnp.where(finished, 0.0, tok_logp)
         lengths = lengths + (~finished).astype(jnp.int32)
@@ -500,7 +564,7 @@ def beam_search(
         flat_parent = (batch_idx * k + live_parent).reshape(n)
         new = {
             "step": step + 1,
-            "cache": jax.tree.map(lambda x: jnp.take(x, flat_parent, axis=0), new_cache),
+            "cache": jax.tree.map(lambda x: _take_rows(x, flat_parent), new_cache),
             "live_tok": jnp.where(a2, live_tok, s["live_tok"]),
             "live_logp": jnp.where(a2, live_logp, s["live_logp"]),
             "live_seqs": jnp.where(a3, live_seqs, s["live_seqs"]),

@@ -51,6 +51,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from transformer.errors import UserError
+from transformer.report import update_readme
 
 SECTIONS = ("model", "data", "train", "decode")
 STATUS_FILE = "status.json"
@@ -736,6 +737,15 @@ def _write_markdown(sweep: Sweep, table, per_run, workdir: str) -> None:
         f.write("\n".join(lines))
 
 
+def readme_block(workdir: str, command: str) -> str:
+    """DIR/results.md for a README section: its title demoted to bold, the command first."""
+    with open(os.path.join(workdir, "results.md")) as f:
+        lines = f.read().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines[0] = f"**{lines[0][2:]}** (rendered by `{command}`)"
+    return "\n".join(lines) + "\n"
+
+
 def _plot(sweep: Sweep, table, per_run, workdir: str) -> None:
     import matplotlib
 
@@ -793,8 +803,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry_failed", action="store_true", help="rerun failed/diverged runs")
     parser.add_argument("--poll_s", type=float, default=DEFAULT_POLL_S,
                         help="seconds between progress checks")  # fmt: skip
+    parser.add_argument("--readme", help="also put results.md into this README, between the "
+                        "section's markers <!-- report:SECTION:start/end -->")  # fmt: skip
+    parser.add_argument("--section", default="Sweep", help="README marker section name")
     args = parser.parse_args(argv)
     try:
+        if args.readme and any(c in args.section for c in "\n:"):
+            raise UserError(f"--section must not contain ':' or newlines, got {args.section!r}")
         sweep = load_sweep(args.config)
         runs = plan_runs(sweep, args.workdir, args.only)
         parallel = args.parallel or sweep.parallel
@@ -823,6 +838,14 @@ def main(argv: list[str] | None = None) -> int:
         write_report(sweep, runs, args.workdir)
         print(f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "
               f"valid_loss.png, bleu.png)", flush=True)  # fmt: skip
+        if args.readme:
+            command = (f"python -m transformer.sweep --config {args.config} --workdir "
+                       f"{args.workdir} --report_only --readme {args.readme}")  # fmt: skip
+            if args.section != "Sweep":
+                command += f" --section {args.section}"
+            changed = update_readme(args.readme, args.section, readme_block(args.workdir, command))
+            print(f"{'updated' if changed else 'unchanged'}: {args.readme} section "
+                  f"{args.section!r}", flush=True)  # fmt: skip
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
