@@ -121,17 +121,6 @@ def _pick(x: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, index[:, None], axis=-1)[:, 0]
 
 
-def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
-    """x[rows] along axis 0, for indices known to be in bounds.
-
-    jnp.take's default mode masks out-of-bounds rows with a select over the whole gathered
-    array; for beam search's cache reorder ([B*k, heads, max_len, head_dim] per layer, every
-    step) that select cost as much as the copy. "clip" clamps the indices instead (a no-op
-    here) and compiles to the gather alone.
-    """
-    return jnp.take(x, rows, axis=0, mode="clip")
-
-
 def _row_limits(max_lens, n: int, max_len: int) -> jax.Array:
     if max_lens is None:
         return jnp.full((n,), max_len, jnp.int32)
@@ -564,7 +553,7 @@ def beam_search(
         flat_parent = (batch_idx * k + live_parent).reshape(n)
         new = {
             "step": step + 1,
-            "cache": jax.tree.map(lambda x: _take_rows(x, flat_parent), new_cache),
+            "cache": jax.tree.map(lambda x: jnp.take(x, flat_parent, axis=0), new_cache),
             "live_tok": jnp.where(a2, live_tok, s["live_tok"]),
             "live_logp": jnp.where(a2, live_logp, s["live_logp"]),
             "live_seqs": jnp.where(a3, live_seqs, s["live_seqs"]),
