@@ -1,12 +1,13 @@
 """Smoke sweep: Pre-LN vs Post-LN x ReLU vs SwiGLU on a shrunk configs/default.py.
 
 Command:   python -m transformer.sweep --config configs/sweeps/architecture.py \
-               --workdir runs/sweep_architecture
+               --workdir runs/sweep_architecture [--readme README.md]
 Expected:  4 runs (1 seed each); results.md/csv, valid_loss.png and bleu.png in the workdir.
-           At 300 steps on the synthetic corpus the model is far from converged: the table
-           shows the sweep machinery working and the early-training ordering, not final BLEU.
-Run time:  measured 25 minutes in all (4-6 minutes per run: training + test evaluation) on 2
-           CPU cores shared with other jobs (load average ~7); less on idle cores.
+           Measured here: test BLEU 31-48 after 800 steps of a 2+2-layer d_model 128 model
+           (not converged: the ordering of the variants is what the sweep shows; the
+           README's "Sweeps" section holds the table).
+Run time:  860 s for the 4 runs (3-4 minutes each: training + test evaluation) on 2 idle
+           CPU cores.
 """
 
 from transformer.sweep import grid
