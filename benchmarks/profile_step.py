@@ -13,7 +13,7 @@ call with its output shape and the JAX operation it came from, then the totals p
 matrix products (XLA CPU's `ynn_fusion`/`dot` ops and their fused epilogues), layout copies
 (`copy`/`transpose` fusions: data moved into another layout, no arithmetic), the rest
 (elementwise, reductions, RNG, sorting) and the time outside any op (the runtime dispatching
-ops one after another, loop control: what dominates a decoding step's small ops). The op
+ops one after another, loop control). The op
 times are summed over the call; XLA's CPU runtime can run independent ops at once, so they
 may add up to more than the call's wall time. The trace (TensorBoard/Perfetto format) stays
 in --trace_dir.
