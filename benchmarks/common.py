@@ -6,6 +6,12 @@
   `(median_s, all_times)`; `sync(result)` is called inside the timed region so asynchronous
   work (JAX dispatch, CUDA streams) is finished before the clock stops.
 - `peak_rss_mib()` is the process's peak resident set size so far, in MiB.
+- `random_train_batch(rng, rows, src_len, tgt_len, vocab_size)`: a fixed-shape, unpacked
+  training batch of random word ids; `random_sources(seed, rows, length, vocab_size, eos_id)`:
+  EOS-terminated random source rows for decoding.
+- `forced_length_overrides(mode, length, rows)`: decode-setting overrides that make every row
+  emit exactly `length` tokens (EOS forbidden before the last position, forced at it), so a
+  random model does fixed work per call.
 
 Nothing here imports JAX or PyTorch.
 """
@@ -21,7 +27,19 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["DECODE_MODES", "FIRST_WORD_ID", "emit", "format_value", "median_time", "peak_rss_mib"]
+import numpy as np
+
+__all__ = [
+    "DECODE_MODES",
+    "FIRST_WORD_ID",
+    "emit",
+    "forced_length_overrides",
+    "format_value",
+    "median_time",
+    "peak_rss_mib",
+    "random_sources",
+    "random_train_batch",
+]
 
 # Decoding modes timed by throughput.py and profiled by profile_step.py:
 # mode -> (figure name at 64 tokens, decode-setting overrides).
@@ -37,6 +55,34 @@ DECODE_MODES = {
     ),
 }
 FIRST_WORD_ID = 4  # random benchmark tokens avoid pad/unk/bos/eos
+
+
+def forced_length_overrides(mode: str, length: int, rows: int) -> dict[str, Any]:
+    """DecodeSettings overrides for `mode` that force exactly `length` output tokens per row
+    (max_len = 0 * source + length = min_len) for a batch of `rows` sentences."""
+    return {**DECODE_MODES[mode][1], "max_len_a": 0.0, "max_len_b": length, "min_len": length,
+            "batch_size": rows}  # fmt: skip
+
+
+def random_sources(seed: int, rows: int, length: int, vocab_size: int, eos_id: int) -> np.ndarray:
+    """[rows, length] int32 random word ids, EOS in the last column (a full-length sentence)."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(FIRST_WORD_ID, vocab_size, (rows, length), dtype=np.int32)
+    src[:, -1] = eos_id
+    return src
+
+
+def random_train_batch(
+    rng: np.random.Generator, rows: int, src_len: int, tgt_len: int, vocab_size: int
+) -> dict[str, np.ndarray]:
+    """A training batch of random word ids with no padding and no packing: one segment per
+    row, positions 0..len-1 (what the input pipeline emits for full-length sentences)."""
+    batch = {}
+    for side, length in (("src", src_len), ("tgt", tgt_len)):
+        batch[side] = rng.integers(FIRST_WORD_ID, vocab_size, (rows, length), dtype=np.int32)
+        batch[f"{side}_segments"] = np.ones((rows, length), np.int32)
+        batch[f"{side}_positions"] = np.tile(np.arange(length, dtype=np.int32), (rows, 1))
+    return batch
 
 
 def format_value(value: float) -> str:

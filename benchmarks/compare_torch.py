@@ -317,6 +317,7 @@ def main(argv=None) -> int:
         IMPL,
         args.json,
         total_s=round(total_s, 1),
+        what=",".join(part for part in ("train", "decode") if part in args.what),
         loadavg_1m=round(os.getloadavg()[0], 2),
     )
     return 0

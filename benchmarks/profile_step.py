@@ -41,13 +41,13 @@ from transformer.cli import run_cli  # noqa: E402
 from transformer.errors import UserError  # noqa: E402
 
 try:  # run as `python benchmarks/profile_step.py` (script dir on sys.path) or as a module
-    from benchmarks.common import DECODE_MODES, FIRST_WORD_ID
+    from benchmarks import common
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from common import DECODE_MODES, FIRST_WORD_ID
+    import common
 
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
-flags.DEFINE_enum("what", "train", ["train", *DECODE_MODES], "What to profile.")
+flags.DEFINE_enum("what", "train", ["train", *common.DECODE_MODES], "What to profile.")
 flags.DEFINE_integer("decode_len", 64, "Output tokens per row when profiling decoding.")
 flags.DEFINE_integer("steps", 3, "Traced calls (after one compile call and two warm-up calls).")
 flags.DEFINE_integer("top", 25, "Ops listed, slowest first.")
@@ -74,14 +74,10 @@ def build_step(config):
     optimizer, schedule = make_optimizer(config.train)
     graphdef, state = init_state(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), optimizer)
     step = jax.jit(make_train_step(graphdef, optimizer, schedule, config.train), donate_argnums=0)
-    rows = int(config.train.batch_size)
-    rng = np.random.default_rng(0)
-    batch = {}
-    for side, length in (("src", config.data.max_source_len), ("tgt", config.data.max_target_len)):
-        length = int(length)
-        batch[side] = rng.integers(FIRST_WORD_ID, model_cfg.vocab_size, (rows, length), np.int32)
-        batch[f"{side}_segments"] = np.ones((rows, length), np.int32)
-        batch[f"{side}_positions"] = np.tile(np.arange(length, dtype=np.int32), (rows, 1))
+    batch = common.random_train_batch(
+        np.random.default_rng(0), int(config.train.batch_size), int(config.data.max_source_len),
+        int(config.data.max_target_len), model_cfg.vocab_size,
+    )  # fmt: skip
     key = jax.random.key(0)
     compiled_text = step.lower(state, batch, key).compile().as_text()
     holder = {"state": state}
@@ -99,7 +95,6 @@ def build_decode(config, mode: str, length: int):
     import dataclasses
 
     import jax.numpy as jnp
-    import numpy as np
     from flax import nnx
 
     from transformer import run_config
@@ -112,13 +107,12 @@ def build_decode(config, mode: str, length: int):
         raise UserError(f"--decode_len must be in [1, model.max_len={model_cfg.max_len}]")
     graphdef, params = nnx.split(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), nnx.Param)
     rows, s_len = int(config.decode.batch_size), int(config.data.max_source_len)
-    src = np.random.default_rng(1).integers(FIRST_WORD_ID, model_cfg.vocab_size, (rows, s_len))
-    src[:, -1] = EOS_ID
-    src, row_ids = jnp.asarray(src, jnp.int32), jnp.arange(rows, dtype=jnp.int32)
+    src = jnp.asarray(common.random_sources(1, rows, s_len, model_cfg.vocab_size, EOS_ID))
+    row_ids = jnp.arange(rows, dtype=jnp.int32)
     settings = dataclasses.replace(
-        DecodeSettings.from_config(config.decode), **DECODE_MODES[mode][1],
-        max_len_a=0.0, max_len_b=length, min_len=length, batch_size=rows,
-    )  # fmt: skip
+        DecodeSettings.from_config(config.decode),
+        **common.forced_length_overrides(mode, length, rows),
+    )
     translator = Translator(graphdef, model_cfg, settings, None, None)
     compiled = translator._decode_fn.lower(params, src, row_ids, max_out=length).compile()
     return (lambda: compiled(params, src, row_ids)), compiled.as_text()

@@ -33,8 +33,12 @@ FIGURES = (
     "decode_sample_tokens_per_s", "decode_sample_tokens_per_s_256",
     "decode_beam4_sentences_per_s", "decode_beam4_sentences_per_s_256",
     "decode_greedy_nocache_tokens_per_s", "decode_greedy_nocache_tokens_per_s_256",
-    "peak_rss_mib",
 )  # fmt: skip
+# Each benchmark run ends with its peak memory; a row per kind of run (train, decode, ...), so
+# the training run's peak is not overwritten by a later decoding run's.
+PEAK_RSS = "peak_rss_mib"
+PIPELINE_FIGURES = {"train_real_tokens_per_s", "train_padded_real_tokens_per_s",
+                    "padding_fraction", "padded_padding_fraction"}  # fmt: skip
 
 # (description, numerator (impl, figure), denominator (impl, figure) or None, target, kind):
 # kind 'min' = the value must be >= target, 'max' = <= target.
@@ -63,10 +67,25 @@ TARGETS = (
 )  # fmt: skip
 
 
+def _part(figure: str) -> str:
+    if figure in PIPELINE_FIGURES:
+        return "pipeline"
+    return "decode" if figure.startswith("decode_") else "train"
+
+
+def _peak_rss_key(record: dict, seen: set[str]) -> str:
+    """'peak_rss_mib (train)' etc.: the run's parts from its `what` field, or (files written
+    before it existed) from the figures the run printed before its peak."""
+    what = record.get("what")
+    parts = what.split(",") if isinstance(what, str) and what else sorted(seen)
+    return f"{PEAK_RSS} ({'+'.join(parts) or 'run'})"
+
+
 def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], dict]:
     """{(impl, figure): record} from JSON-lines files; the last record of a pair wins."""
     figures = {}
     for path in paths:
+        seen: set[str] = set()  # parts of the run in progress: its figures so far
         with open(path, encoding="utf-8") as f:
             for line in f:
                 line = line.strip()
@@ -76,8 +95,14 @@ def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], dict]:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(record, dict) and "figure" in record and "impl" in record:
-                    figures[(record["impl"], record["figure"])] = record
+                if not (isinstance(record, dict) and "figure" in record and "impl" in record):
+                    continue
+                figure = record["figure"]
+                if figure == PEAK_RSS:  # the last line of a run
+                    figure, seen = _peak_rss_key(record, seen), set()
+                elif figure in FIGURES:
+                    seen.add(_part(figure))
+                figures[(record["impl"], figure)] = record
     return figures
 
 
@@ -96,7 +121,8 @@ def render(figures: dict[tuple[str, str], dict]) -> str:
     impls += sorted({k[0] for k in figures} - set(impls))
     lines = ["| figure | unit | " + " | ".join(impls) + " | ratio |",
              "|---|---|" + "---|" * len(impls) + "---|"]  # fmt: skip
-    for name in FIGURES:
+    peaks = sorted({k[1] for k in figures if k[1].startswith(PEAK_RSS)})
+    for name in (*FIGURES, *peaks):
         row = [figures.get((impl, name)) for impl in impls]
         if not any(row):
             continue
@@ -105,7 +131,8 @@ def render(figures: dict[tuple[str, str], dict]) -> str:
         ratio = ""
         if len(values) >= 2 and values[0] and values[1] and unit.endswith("/s"):
             ratio = f"{values[0] / values[1]:.2f}x"
-        lines.append(f"| `{name}` | {unit} | " + " | ".join(_fmt(v) for v in values)
+        label = f"`{PEAK_RSS}`{name[len(PEAK_RSS) :]}" if name in peaks else f"`{name}`"
+        lines.append(f"| {label} | {unit} | " + " | ".join(_fmt(v) for v in values)
                      + f" | {ratio} |")  # fmt: skip
     lines += ["", "| target | measured | needed | met |", "|---|---|---|---|"]
     for text, num, den, target, kind in TARGETS:

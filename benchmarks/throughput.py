@@ -90,10 +90,26 @@ from transformer.cli import load_config_flag, run_cli  # noqa: E402
 from transformer.errors import UserError  # noqa: E402
 
 try:  # run as `python benchmarks/throughput.py` (script dir on sys.path) or as a module
-    from benchmarks.common import DECODE_MODES, FIRST_WORD_ID, emit, median_time, peak_rss_mib
+    from benchmarks.common import (
+        DECODE_MODES,
+        emit,
+        forced_length_overrides,
+        median_time,
+        peak_rss_mib,
+        random_sources,
+        random_train_batch,
+    )
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import DECODE_MODES, FIRST_WORD_ID, emit, median_time, peak_rss_mib
+    from common import (
+        DECODE_MODES,
+        emit,
+        forced_length_overrides,
+        median_time,
+        peak_rss_mib,
+        random_sources,
+        random_train_batch,
+    )
 
 IMPL = "jax-transformer"
 WHAT = ("train", "pipeline", "decode")
@@ -249,15 +265,7 @@ class Bench:
         rng = np.random.default_rng(FLAGS.seed)
         batches = []
         for _ in range(2):
-            batch = {}
-            for side, length in (("src", s_len), ("tgt", t_len)):
-                batch[side] = rng.integers(
-                    FIRST_WORD_ID, self.model_cfg.vocab_size, (rows, length), dtype=np.int32
-                )
-                batch[f"{side}_segments"] = np.ones((rows, length), np.int32)
-                batch[f"{side}_positions"] = np.broadcast_to(
-                    np.arange(length, dtype=np.int32), (rows, length)
-                ).copy()
+            batch = random_train_batch(rng, rows, s_len, t_len, self.model_cfg.vocab_size)
             batches.append(parallel.shard_batch(batch))
         compile_s = self.train_step(batches[0])
         counter = iter(range(10**9))
@@ -411,9 +419,7 @@ class Bench:
         graphdef, state, _, _ = self.new_state()
         params = state.params
         del state
-        rng = np.random.default_rng(FLAGS.seed + 1)
-        src_np = rng.integers(FIRST_WORD_ID, self.model_cfg.vocab_size, (rows, s_len), np.int32)
-        src_np[:, -1] = EOS_ID
+        src_np = random_sources(FLAGS.seed + 1, rows, s_len, self.model_cfg.vocab_size, EOS_ID)
         src, row_ids = jnp.asarray(src_np), jnp.arange(rows, dtype=jnp.int32)
         base = DecodeSettings.from_config(self.config.decode)
         timing = dict(warmup=FLAGS.decode_warmup, repeats=FLAGS.decode_repeats)
@@ -424,10 +430,8 @@ class Bench:
             return seconds, dict(min_s=round(min(times), 4), max_s=round(max(times), 4))
 
         for n in lengths:
-            for mode, (figure, overrides) in DECODE_MODES.items():
-                settings = dataclasses.replace(
-                    base, **overrides, max_len_a=0.0, max_len_b=n, min_len=n, batch_size=rows
-                )
+            for mode, (figure, _) in DECODE_MODES.items():
+                settings = dataclasses.replace(base, **forced_length_overrides(mode, n, rows))
                 translator = Translator(graphdef, self.model_cfg, settings, None, None)
                 fn, compile_s = _aot(translator._decode_fn, params, src, row_ids, max_out=n)
                 seconds, spread = timed(lambda fn=fn: fn(params, src, row_ids))

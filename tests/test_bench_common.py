@@ -105,3 +105,34 @@ def test_peak_rss_mib_grows_with_allocation():
     assert after >= before
     assert after >= 64  # the peak now includes the 64 MiB buffer
     del blob
+
+
+def test_random_sources_are_full_length_sentences():
+    src = common.random_sources(3, rows=5, length=7, vocab_size=50, eos_id=3)
+    assert src.shape == (5, 7) and src.dtype.name == "int32"
+    assert (src[:, -1] == 3).all()
+    body = src[:, :-1]
+    assert (body >= common.FIRST_WORD_ID).all() and (body < 50).all()  # no pad/unk/bos/eos
+    again = common.random_sources(3, rows=5, length=7, vocab_size=50, eos_id=3)
+    assert (src == again).all()  # same seed, same sources: runs compare like with like
+
+
+def test_random_train_batch_is_unpacked_and_unpadded():
+    import numpy as np
+
+    batch = common.random_train_batch(np.random.default_rng(0), 4, 6, 9, vocab_size=30)
+    assert batch["src"].shape == (4, 6) and batch["tgt"].shape == (4, 9)
+    for side, length in (("src", 6), ("tgt", 9)):
+        assert (batch[side] >= common.FIRST_WORD_ID).all() and (batch[side] < 30).all()
+        assert (batch[f"{side}_segments"] == 1).all()
+        assert (batch[f"{side}_positions"] == np.arange(length)).all()
+        assert batch[f"{side}_positions"].flags.writeable  # a real array, not a broadcast view
+
+
+def test_forced_length_overrides_pin_the_output_length():
+    for mode, (_, settings) in common.DECODE_MODES.items():
+        overrides = common.forced_length_overrides(mode, 17, rows=8)
+        # max_len = a * source_len + b; with a = 0 it is b whatever the source length.
+        assert overrides["max_len_a"] == 0 and overrides["max_len_b"] == 17
+        assert overrides["min_len"] == 17 and overrides["batch_size"] == 8
+        assert {k: overrides[k] for k in settings} == settings

@@ -53,3 +53,23 @@ def test_table_into_readme_section_and_errors(tmp_path, capsys):
             raise AssertionError("expected exit 2")
     err = capsys.readouterr().err
     assert "missing.jsonl does not exist" in err and "no benchmark figures" in err
+
+
+def test_peak_memory_row_per_kind_of_run(tmp_path, capsys):
+    peak = lambda impl, mib, **kw: {**fig(impl, "peak_rss_mib", mib, "MiB"), **kw}  # noqa: E731
+    ours = _write(tmp_path / "jax.jsonl", [
+        fig(table.OURS, "train_tokens_per_s", 500.0),
+        peak(table.OURS, 3000.0, what="train"),
+        fig(table.OURS, "decode_greedy_tokens_per_s", 300.0),
+        peak(table.OURS, 1700.0, what="decode"),
+    ])  # fmt: skip
+    # Older files carry no `what`: the run's parts come from the figures it printed before.
+    peer = _write(tmp_path / "torch.jsonl", [
+        fig(table.PEER, "train_tokens_per_s", 400.0), peak(table.PEER, 2800.0),
+        fig(table.PEER, "decode_greedy_tokens_per_s", 250.0), peak(table.PEER, 1200.0),
+    ])  # fmt: skip
+    assert table.main([ours, peer]) == 0
+    out = capsys.readouterr().out
+    assert "| `peak_rss_mib` (decode) | MiB | 1,700.0 | 1,200.0 |  |" in out
+    assert "| `peak_rss_mib` (train) | MiB | 3,000.0 | 2,800.0 |  |" in out
+    assert out.index("(decode)") > out.index("decode_greedy_tokens_per_s")  # after the figures

@@ -66,6 +66,7 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     assert sw.main(args) == 0
     out = capsys.readouterr().out
     assert "[1/6] variant=pre seed=0: training" in out
+    assert "[2/6] variant=post seed=0: training" in out  # seed-major: every variant's seed 0 first
     assert "FAILED (invalid config)" in out and "nonsense" in out
     for name in ("pre", "post"):
         for seed in (0, 1):

@@ -271,24 +271,24 @@ def plan_runs(sweep: Sweep, workdir: str, only: list[str] | None = None) -> list
     if not os.path.exists(base_path):
         base_path = os.path.join(ROOT, base_path)  # relative to the checkout
     runs = []
-    for name, variant in sweep.variants.items():
+    # Seed-major order: a sweep stopped half-way has every variant's first seed.
+    for seed, (name, variant) in itertools.product(sweep.seeds, sweep.variants.items()):
         if only and name not in only:
             continue
-        for seed in sweep.seeds:
-            overrides = {**sweep.overrides, **variant, "train.seed": seed}
-            decode = {k: v for k, v in variant.items() if k.startswith("decode.")}
-            run = Run(
-                variant=name,
-                seed=seed,
-                workdir=os.path.join(workdir, name, str(seed)),
-                overrides=overrides,
-                eval_overrides={**sweep.eval_overrides, **decode},
-                base=base_path,
-                eval_split=sweep.eval_split,
-                eval_longer_than=sweep.eval_longer_than,
-            )
-            _resolve_run_config(run)
-            runs.append(run)
+        overrides = {**sweep.overrides, **variant, "train.seed": seed}
+        decode = {k: v for k, v in variant.items() if k.startswith("decode.")}
+        run = Run(
+            variant=name,
+            seed=seed,
+            workdir=os.path.join(workdir, name, str(seed)),
+            overrides=overrides,
+            eval_overrides={**sweep.eval_overrides, **decode},
+            base=base_path,
+            eval_split=sweep.eval_split,
+            eval_longer_than=sweep.eval_longer_than,
+        )
+        _resolve_run_config(run)
+        runs.append(run)
     return runs
 
 
