@@ -2,7 +2,8 @@
 
     python benchmarks/throughput.py --config configs/bench_base.py [--config.field=value ...]
         [--what train,pipeline,decode] [--json] [--steps N] [--decode_lengths 64,256]
-        [--nocache_lengths 64,256] [--peak_tflops X] [--workdir DIR]
+        [--decode_modes greedy,sample,beam4] [--nocache_lengths 64,256] [--peak_tflops X]
+        [--workdir DIR]
 
 Every timed figure is steady state: each program is compiled ahead of time (`.lower().compile()`,
 reported as compile time, never timed), run for warm-up, then timed; a figure is the MEDIAN of
@@ -124,6 +125,9 @@ flags.DEFINE_string(
     "workdir", "/tmp/transformer_bench", "Cache for the pipeline's vocabulary and tokenized data."
 )
 flags.DEFINE_list("decode_lengths", ["64", "256"], "Output lengths N of the cached decoders.")
+flags.DEFINE_list(
+    "decode_modes", list(DECODE_MODES), "Cached decoders timed: greedy, sample, beam4."
+)
 flags.DEFINE_list(
     "nocache_lengths", None, "Output lengths of the no-cache greedy decoder (default: as decode)."
 )
@@ -430,7 +434,8 @@ class Bench:
             return seconds, dict(min_s=round(min(times), 4), max_s=round(max(times), 4))
 
         for n in lengths:
-            for mode, (figure, _) in DECODE_MODES.items():
+            for mode in FLAGS.decode_modes:
+                figure = DECODE_MODES[mode][0]
                 settings = dataclasses.replace(base, **forced_length_overrides(mode, n, rows))
                 translator = Translator(graphdef, self.model_cfg, settings, None, None)
                 fn, compile_s = _aot(translator._decode_fn, params, src, row_ids, max_out=n)
@@ -583,6 +588,11 @@ def main(argv):
     unknown = sorted(set(what) - set(WHAT))
     if unknown or not what:
         raise UserError(f"--what {FLAGS.what!r}: choose from {', '.join(WHAT)}")
+    if set(FLAGS.decode_modes) - set(DECODE_MODES):
+        raise UserError(
+            f"--decode_modes {','.join(FLAGS.decode_modes)!r}: choose from "
+            f"{', '.join(DECODE_MODES)}"
+        )
     if FLAGS.steps < 1:
         raise UserError(f"--steps must be >= 1, got {FLAGS.steps}")
     if FLAGS.steps < 8:

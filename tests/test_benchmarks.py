@@ -126,6 +126,19 @@ def test_bad_what_is_a_one_line_error():
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: --what 'train,bogus': choose from train, pipeline, decode"
     )
+    proc = run([SCRIPT, *TINY, "--what=decode", "--decode_modes=greedy,bogus"], timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: --decode_modes 'greedy,bogus': choose from greedy, sample, beam4"
+    )
+
+
+def test_decode_modes_selects_the_cached_decoders():
+    proc = _start(["--what=decode", "--decode_modes=greedy", "--decode_lengths=8",
+                   "--nocache_lengths=8", "--nocache_blocks=2", "--decode_warmup=0"])  # fmt: skip
+    figures = [r["figure"] for r in _records(proc)]
+    assert figures == ["setup", "decode_greedy_tokens_per_s_8",
+                       "decode_greedy_nocache_tokens_per_s_8", "peak_rss_mib"]  # fmt: skip
 
 
 def test_profile_step_attributes_the_step_to_ops(tmp_path):
