@@ -4,10 +4,12 @@ Command:   python -m transformer.sweep --config configs/sweeps/multi30k_architec
                --workdir runs/sweep_multi30k [--only post_ln ...] [--parallel N]
 Expected:  12 variants x 2 seeds = 24 runs; results.md gives test2016 BLEU (greedy) on all
            1,000 sentences and on those whose source is longer than any training sentence
-           (> 20 tokens), mean and std over the seeds. The README's "Ablations" section holds
-           the table this sweep wrote here.
-Run time:  about 4.5 minutes per run on 2 CPU cores, 1 h 50 min for the 24 runs; on GPUs use
-           --parallel (one run per GPU), or pick variants with --only.
+           (> 20 tokens), mean and std over the seeds. Measured here: baseline 19.4 (10.6 on
+           the long sentences), best SwiGLU 21.1, worst relative positions 16.5; the README's
+           "Ablations on Multi30k" holds the table this sweep wrote and a reading of it.
+Run time:  about 5 minutes per run on 2 CPU cores: 2 h 05 min for the 24 runs, measured here
+           (partly beside the test suite); on GPUs use --parallel (one run per GPU), or pick
+           variants with --only.
 
 A reduced-budget study so that it runs in an afternoon on 2 CPU cores: every run is
 configs/multi30k.py cut to a 2+2-layer d_model 128 model (4 heads of 32, d_ff 512, Pre-LN,
