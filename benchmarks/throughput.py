@@ -91,26 +91,14 @@ from transformer.cli import load_config_flag, run_cli  # noqa: E402
 from transformer.errors import UserError  # noqa: E402
 
 try:  # run as `python benchmarks/throughput.py` (script dir on sys.path) or as a module
-    from benchmarks.common import (
-        DECODE_MODES,
-        emit,
-        forced_length_overrides,
-        median_time,
-        peak_rss_mib,
-        random_sources,
-        random_train_batch,
-    )
+    from benchmarks import common
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import (
-        DECODE_MODES,
-        emit,
-        forced_length_overrides,
-        median_time,
-        peak_rss_mib,
-        random_sources,
-        random_train_batch,
-    )
+    import common
+
+DECODE_MODES, emit, median_time = common.DECODE_MODES, common.emit, common.median_time
+forced_length_overrides, peak_rss_mib = common.forced_length_overrides, common.peak_rss_mib
+random_sources, random_train_batch = common.random_sources, common.random_train_batch
 
 IMPL = "jax-transformer"
 WHAT = ("train", "pipeline", "decode")
