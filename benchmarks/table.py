@@ -35,7 +35,8 @@ FIGURES = (
     "decode_greedy_nocache_tokens_per_s", "decode_greedy_nocache_tokens_per_s_256",
 )  # fmt: skip
 # Each benchmark run ends with its peak memory; a row per kind of run (train, decode, ...), so
-# the training run's peak is not overwritten by a later decoding run's.
+# the training run's peak is not overwritten by a later decoding run's, holding the largest
+# peak of the runs of that kind (a short greedy-only run must not hide the beam run's).
 PEAK_RSS = "peak_rss_mib"
 PIPELINE_FIGURES = {"train_real_tokens_per_s", "train_padded_real_tokens_per_s",
                     "padding_fraction", "padded_padding_fraction"}  # fmt: skip
@@ -82,7 +83,8 @@ def _peak_rss_key(record: dict, seen: set[str]) -> str:
 
 
 def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], dict]:
-    """{(impl, figure): record} from JSON-lines files; the last record of a pair wins."""
+    """{(impl, figure): record} from JSON-lines files; the last record of a pair wins, except
+    peak memory rows, which keep the largest."""
     figures = {}
     for path in paths:
         seen: set[str] = set()  # parts of the run in progress: its figures so far
@@ -98,11 +100,14 @@ def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], dict]:
                 if not (isinstance(record, dict) and "figure" in record and "impl" in record):
                     continue
                 figure = record["figure"]
+                key = (record["impl"], figure)
                 if figure == PEAK_RSS:  # the last line of a run
-                    figure, seen = _peak_rss_key(record, seen), set()
+                    key, seen = (record["impl"], _peak_rss_key(record, seen)), set()
+                    if key in figures and figures[key]["value"] > record["value"]:
+                        continue
                 elif figure in FIGURES:
                     seen.add(_part(figure))
-                figures[(record["impl"], figure)] = record
+                figures[key] = record
     return figures
 
 
@@ -112,7 +117,7 @@ def _fmt(value) -> str:
     if abs(value) >= 100:
         return f"{value:,.1f}"
     if abs(value) >= 1:
-        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+        return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
     return f"{value:.3f}"
 
 

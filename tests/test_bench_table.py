@@ -62,6 +62,9 @@ def test_peak_memory_row_per_kind_of_run(tmp_path, capsys):
         peak(table.OURS, 3000.0, what="train"),
         fig(table.OURS, "decode_greedy_tokens_per_s", 300.0),
         peak(table.OURS, 1700.0, what="decode"),
+        # a later, smaller decoding run: the row keeps the larger peak
+        fig(table.OURS, "decode_greedy_tokens_per_s", 310.0),
+        peak(table.OURS, 1300.0, what="decode"),
     ])  # fmt: skip
     # Older files carry no `what`: the run's parts come from the figures it printed before.
     peer = _write(tmp_path / "torch.jsonl", [

@@ -12,6 +12,7 @@ import tensorflow_datasets as tfds
 from configs.base import get_base_config
 from transformer.data import BATCH_KEYS, EOS_ID, load_split, make_datasets
 from transformer.data import sources as sources_lib
+from transformer.data.pipeline import PACK_MAX_WAIT, BatchLayout, _Planner
 from transformer.errors import UserError
 
 tfds.disable_progress_bar()
@@ -143,6 +144,61 @@ def test_every_pair_once_per_epoch(corpus, workdir, batching):
         assert len(batches) < data.train_stats.num_kept / 4
     else:
         assert all(b["src_segments"].max() <= 1 for b in batches)
+
+
+def _pack_stream(layout, src_len, tgt_len, stream):
+    """Runs the pack planner over `stream`; yields (plan, ids left waiting after it)."""
+    planner = _Planner(layout, src_len, tgt_len)
+    for i in stream:
+        plan = planner.add(int(i))
+        if plan is not None:
+            yield plan, [j for j, _ in planner.pool]
+    for plan in planner.flush():
+        yield plan, [j for j, _ in planner.pool]
+
+
+def test_pack_pool_fills_rows_and_defers_only_misfits():
+    rng = np.random.default_rng(0)
+    src_len, tgt_len = rng.integers(1, 13, 1500), rng.integers(1, 13, 1500)
+    layout = BatchLayout("pack", 24, 24, 8, 0, 1)
+    stream = rng.permutation(1500)
+    placed, waited, seen_in_pool = collections.Counter(), [], collections.Counter()
+    packed_batches = 0
+    for plan, waiting in _pack_stream(layout, src_len, tgt_len, stream):
+        assert 1 <= len(plan["ids"]) <= 8
+        used_s = np.array([src_len[r].sum() for r in plan["ids"]])
+        used_t = np.array([tgt_len[r].sum() for r in plan["ids"]])
+        assert (used_s <= 24).all() and (used_t <= 24).all()
+        packed_batches += 1
+        # A pair left waiting fits in no row of the batch just emitted (nor in an unused row).
+        assert len(plan["ids"]) == 8 or not waiting
+        for j in waiting:
+            assert not ((used_s + src_len[j] <= 24) & (used_t + tgt_len[j] <= 24)).any()
+            seen_in_pool[j] += 1
+        for row in plan["ids"]:
+            placed.update(row)
+            waited.extend(seen_in_pool.pop(j, 0) for j in row)
+    assert sorted(placed.elements()) == list(range(1500))  # every pair exactly once
+    assert max(waited) <= PACK_MAX_WAIT  # no pair is passed over more often
+    # Arrival-order first fit, emitting at the first pair that fits no row, for comparison.
+    used, batches = np.zeros((8, 2), int), 1
+    for j in stream:
+        fits = np.flatnonzero((used + [src_len[j], tgt_len[j]] <= 24).all(axis=1))
+        if not fits.size:
+            used[:], batches, fits = 0, batches + 1, [0]
+        used[fits[0]] += [src_len[j], tgt_len[j]]
+    assert packed_batches <= 0.95 * batches  # measured: 57 batches vs 62
+
+
+def test_pack_state_from_open_rows_keeps_their_pairs():
+    """A state saved by the earlier packer (open rows, no pool) loses and repeats nothing."""
+    src_len, tgt_len = np.full(40, 5), np.full(40, 5)
+    layout = BatchLayout("pack", 10, 10, 2, 0, 1)
+    planner = _Planner(layout, src_len, tgt_len)
+    planner.set_state({"rows": [[0, 1], [2]], "buckets": {}})
+    plans = [p for i in range(3, 9) if (p := planner.add(i)) is not None] + planner.flush()
+    assert sorted(j for p in plans for row in p["ids"] for j in row) == list(range(9))
+    assert all(len(row) == 2 for p in plans for row in p["ids"][:-1])
 
 
 def test_epochs_reshuffle_and_seed(corpus, workdir):
