@@ -137,6 +137,7 @@ def test_eval_bleu_equals_sacrebleu_cli(trained_run):
             "--config.decode.strategy=beam", "--config.decode.beam_size=2"]  # fmt: skip
     proc = run(args, check=True)
     assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a" in proc.stdout
+    assert "does not exist" not in proc.stderr  # no alarming (harmless) Orbax warning
     record = json.load(open(os.path.join(trained_run, "eval", "valid.json")))
     assert record["averaged_steps"] == [40, 60] and record["decode"]["strategy"] == "beam"
     for key in ("bleu", "chrf", "signature", "step", "decode", "sentences_per_s"):

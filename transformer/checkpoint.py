@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 import orbax.checkpoint as ocp
+from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
 from transformer.errors import UserError
@@ -149,9 +150,10 @@ def _shape_differences(state_dir: str, abstract_state: Any, limit: int = 3) -> s
     import jax
 
     try:
-        with ocp.StandardCheckpointer() as reader:
-            metadata = reader.metadata(state_dir)
-        stored = getattr(getattr(metadata, "item_metadata", metadata), "tree", None)
+        # The item's handler reads only the item's own metadata; a Checkpointer would also
+        # look for step-level metadata in `state_dir` and log a warning that it is absent.
+        metadata = ocp.StandardCheckpointHandler().metadata(epath.Path(state_dir))
+        stored = getattr(metadata, "tree", None)
         stored = {m.name: tuple(m.shape) for m in jax.tree.leaves(stored) if hasattr(m, "name")}
     except Exception:  # noqa: BLE001 - only a better message is at stake
         return ""
