@@ -87,6 +87,16 @@ def test_render_table(runs):
     assert text.endswith("```\n")
 
 
+def test_longer_than_subset_gets_its_own_row(tmp_path):
+    longer = {"source_tokens_over": 20, "sentences": 143, "bleu": 24.151, "chrf": 52.248}
+    _write(tmp_path, "long.json", _result(name="long", longer=longer))
+    table = report.render(report.find_results([tmp_path]))
+    rows = [line for line in table.splitlines() if line.startswith("| long")]
+    assert len(rows) == 2
+    assert "| test | 27.3 | 55.1 |" in rows[0]
+    assert "| test, source > 20 tokens (143 sent.) | 24.2 | 52.2 |" in rows[1]
+
+
 def test_single_run_dir_and_string_signature(tmp_path):
     run = tmp_path / "myrun"
     _write(run, "a.json", _result(signature=f"BLEU|{BLEU_SIG}", name=None))
