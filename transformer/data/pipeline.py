@@ -320,14 +320,13 @@ class _Planner:
         used_tgt = np.zeros(lay.batch_rows, np.int64)
         rows: list[list[int]] = [[] for _ in range(lay.batch_rows)]
         left = []
-        for entry in order:
-            i = entry[0]
+        for i, waited in order:
             ls, lt = int(self.src_len[i]), int(self.tgt_len[i])
             fits = np.flatnonzero(
                 (used_src + ls <= lay.max_source_len) & (used_tgt + lt <= lay.max_target_len)
             )
             if not fits.size:
-                left.append([i, entry[1] + 1])
+                left.append([i, waited + 1])
                 continue
             r = int(fits[0])
             rows[r].append(i)
