@@ -418,17 +418,18 @@ class Bench:
         greedy_tokens = {}
 
         def timed(fn):
-            # The last timed call's output is the one checked: at 256 tokens an extra
-            # uncached call for the check alone would cost ~10 minutes on 2 cores.
-            last = {}
+            # The last timed call's output (handed to `sync`, as compare_torch.py collects
+            # generate()'s) is the one checked: at 256 tokens an extra uncached call for the
+            # check alone would cost ~17 minutes on 2 cores.
+            last = []
 
-            def call():
-                last["out"] = fn()
-                return last["out"]
+            def sync(out):
+                _block(out)
+                last[:] = [out]
 
-            seconds, times = median_time(call, sync=_block, **timing)
+            seconds, times = median_time(fn, sync=sync, **timing)
             spread = dict(min_s=round(min(times), 4), max_s=round(max(times), 4))
-            return seconds, spread, last["out"]
+            return seconds, spread, last[0]
 
         for n in lengths:
             for mode in FLAGS.decode_modes:
