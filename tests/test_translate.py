@@ -104,6 +104,34 @@ def test_translation_does_not_depend_on_batch(small_model, strategy):
     assert alone == together
 
 
+def _stream(translator, params, lines, tmp_path, name):
+    """decode.py's streaming loop over `lines`, in process; returns the output bytes."""
+    from types import SimpleNamespace
+
+    from transformer.decode_stream import decode_stream
+
+    src, out = tmp_path / f"{name}.in", tmp_path / f"{name}.out"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    decode_stream(SimpleNamespace(translator=translator, params=params), str(src), str(out))
+    return out.read_bytes()
+
+
+def test_samples_do_not_depend_on_batch_size_around_empty_lines(small_model, tmp_path):
+    # Line i's key comes from the seed and i alone: empty lines count, whatever the batch.
+    cfg, graphdef, params = small_model
+    tok = IdTokenizer()
+    lines = ["5 6 7", "", "8 9 10 11", "", "", "12 13", "14 15 16 17 18"]
+    outputs = {}
+    for batch_size in (1, 2, 3, 64):
+        settings = DecodeSettings(strategy="sample", num_samples=2, batch_size=batch_size,
+                                  temperature=2.0, max_len_b=4, seed=3)  # fmt: skip
+        translator = Translator(graphdef, cfg, settings, tok, tok)
+        outputs[batch_size] = _stream(translator, params, lines, tmp_path, str(batch_size))
+    assert len(set(outputs.values())) == 1, outputs
+    rows = outputs[1].decode().splitlines()
+    assert [int(r.split("\t")[0]) for r in rows] == [i for i in range(len(lines)) for _ in "ab"]
+
+
 def test_greedy_variants_agree(small_model):
     cfg, graphdef, params = small_model
     tok = IdTokenizer()
@@ -168,6 +196,23 @@ def test_decode_cli_is_reproducible_and_keeps_empty_lines(trained_run, tmp_path)
     assert outputs[0] != outputs[2]
     decoded = outputs[0].decode().split("\n")
     assert len(decoded) == 4 and decoded[1] == "" and decoded[3] == ""
+
+
+@pytest.mark.slow
+def test_decode_cli_samples_do_not_depend_on_batch_size(trained_run, tmp_path):
+    lines = ["The clever boy sees the dog.", "", "A red cat sleeps.", "", "The dog sleeps."]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outputs = {}
+    for batch_size in (1, 2, 3, 64):
+        out = tmp_path / f"out{batch_size}.txt"
+        run(["decode.py", "--workdir", trained_run, "--input", str(src), "--output", str(out),
+             "--config.decode.strategy=sample", "--config.decode.num_samples=3",
+             "--config.decode.temperature=1.5", f"--config.decode.batch_size={batch_size}"],
+            check=True)  # fmt: skip
+        outputs[batch_size] = out.read_bytes()
+    assert len(set(outputs.values())) == 1, outputs
+    assert len(outputs[1].decode().splitlines()) == 3 * len(lines)
 
 
 def test_eval_src_ref_line_mismatch_is_one_line_error(trained_run, tmp_path):

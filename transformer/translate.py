@@ -195,10 +195,21 @@ class Translator:
         )
 
     def translate_ids(
-        self, params, id_lists: Sequence[Sequence[int]], first_id: int = 0, head_mask=None
+        self,
+        params,
+        id_lists: Sequence[Sequence[int]],
+        line_ids: Sequence[int] | None = None,
+        head_mask=None,
     ):
-        """EOS-terminated source id lists -> (token lists [n][R], scores [n][R])."""
+        """EOS-terminated source id lists -> (token lists [n][R], scores [n][R]).
+
+        line_ids[i] numbers input i (default: i); sampling derives input i's random key from
+        the seed and line_ids[i] alone, so its samples never depend on the batch around it.
+        """
         s = self.settings
+        line_ids = np.arange(len(id_lists)) if line_ids is None else np.asarray(line_ids)
+        if len(line_ids) != len(id_lists):
+            raise ValueError(f"{len(line_ids)} line ids for {len(id_lists)} inputs")
         order = np.argsort([len(x) for x in id_lists], kind="stable")  # similar lengths together
         results: list = [None] * len(id_lists)
         for start in range(0, len(order), s.batch_size):
@@ -207,7 +218,7 @@ class Translator:
             width = min(_round_up(longest, 8), max(longest, self.model_cfg.max_len))
             batch = source_batch([id_lists[i] for i in chunk], s.batch_size, width)
             row_ids = np.zeros(s.batch_size, np.int32)
-            row_ids[: len(chunk)] = chunk + first_id
+            row_ids[: len(chunk)] = line_ids[chunk]
             tokens, scores = self._decode_fn(
                 params,
                 jnp.asarray(batch["src"]),
@@ -223,11 +234,18 @@ class Translator:
     def translate(
         self, params, lines: Sequence[str], first_id: int = 0, head_mask=None
     ) -> Translations:
-        """Raw source lines -> detokenized translations (empty line in, empty line out)."""
+        """Raw source lines -> detokenized translations (empty line in, empty line out).
+
+        first_id is the line number of lines[0] in the whole input (decode.py's streaming
+        batches): line i is numbered first_id + i, empty lines included.
+        """
         ids, truncated = encode_sources(lines, self.src_tok, self.model_cfg.max_len)
         nonempty = [i for i, line in enumerate(lines) if line.strip()]
         token_lists, scores = self.translate_ids(
-            params, [ids[i] for i in nonempty], first_id, head_mask=head_mask
+            params,
+            [ids[i] for i in nonempty],
+            [first_id + i for i in nonempty],
+            head_mask=head_mask,
         )
         reps = self.settings.outputs_per_input
         hypotheses = [[""] * reps for _ in lines]
