@@ -19,7 +19,7 @@ def get_base_config() -> ml_collections.ConfigDict:
     model.num_encoder_layers = 6
     model.num_decoder_layers = 6
     model.d_ff = 2048
-    model.activation = "relu"  # relu | gelu | swiglu | geglu
+    model.activation = "relu"  # relu | gelu (exact, erf) | gelu_tanh | swiglu | geglu
     model.norm_position = "post"  # pre | post
     model.norm_type = "layernorm"  # layernorm | rmsnorm
     model.position = "sinusoidal"  # sinusoidal | learned | rope | alibi | relative | none

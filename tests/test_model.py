@@ -195,7 +195,7 @@ def test_every_config_parses_and_builds(path):
         (dict(num_heads=4, num_kv_heads=3), "num_kv_heads=3 must divide num_heads=4"),
         (
             dict(activation="tanh"),
-            "unknown activation 'tanh'; valid: 'relu', 'gelu', 'swiglu', 'geglu'",
+            "unknown activation 'tanh'; valid: 'relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu'",
         ),
         (dict(norm_position="middle"), "unknown norm_position 'middle'; valid: 'pre', 'post'"),
         (
@@ -239,3 +239,15 @@ def _escape(text):
     import re
 
     return re.escape(text)
+
+
+def test_gelu_names_say_which_form():
+    from transformer.layers import ACTIVATION_FNS
+
+    x = np.linspace(-6, 6, 241)
+    exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
+    tanh = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    assert np.max(np.abs(exact - tanh)) > 1e-4  # the two forms are distinguishable here
+    np.testing.assert_allclose(ACTIVATION_FNS["gelu"](jnp.asarray(x)), exact, atol=1e-6)
+    np.testing.assert_allclose(ACTIVATION_FNS["gelu_tanh"](jnp.asarray(x)), tanh, atol=1e-6)
+    np.testing.assert_allclose(ACTIVATION_FNS["geglu"](jnp.asarray(x)), exact, atol=1e-6)

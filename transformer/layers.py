@@ -124,11 +124,23 @@ class Norm(nnx.Module):
         return y
 
 
+def gelu(x: jax.Array) -> jax.Array:
+    """GELU in its exact form, x * Phi(x) with the normal CDF via erf (Hendrycks & Gimpel;
+    PyTorch's and Hugging Face's default). jax.nn.gelu alone would give the tanh form."""
+    return jax.nn.gelu(x, approximate=False)
+
+
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return jax.nn.gelu(x, approximate=True)
+
+
 ACTIVATION_FNS = {
     "relu": jax.nn.relu,
-    "gelu": jax.nn.gelu,
+    "gelu": gelu,
+    "gelu_tanh": gelu_tanh,
     "swiglu": jax.nn.silu,
-    "geglu": jax.nn.gelu,
+    "geglu": gelu,
 }
 
 

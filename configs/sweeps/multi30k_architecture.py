@@ -35,7 +35,7 @@ def get_config():
         "post_ln": {"model.norm_position": "post"},
         "post_ln_no_warmup": {"model.norm_position": "post", "train.warmup_steps": 0},
         # FFN activation (baseline: relu).
-        "gelu": {"model.activation": "gelu"},
+        "gelu_tanh": {"model.activation": "gelu_tanh"},
         "swiglu": {"model.activation": "swiglu"},
         # Positions (baseline: sinusoidal).
         "pos_learned": {"model.position": "learned"},
