@@ -215,6 +215,27 @@ def test_decode_cli_samples_do_not_depend_on_batch_size(trained_run, tmp_path):
     assert len(outputs[1].decode().splitlines()) == 3 * len(lines)
 
 
+def test_restore_reads_parameters_only(trained_run, monkeypatch):
+    # eval.py/decode.py need the parameters alone: the Adam moments (2x their size) must
+    # never be read, for one checkpoint or an average.
+    import orbax.checkpoint as ocp
+
+    from transformer.evaluate import restore_run
+
+    read = []
+    deserialize = ocp.type_handlers.ArrayHandler.deserialize
+
+    async def recording(self, infos, args=None):
+        read.extend(str(info.name) for info in infos)
+        return await deserialize(self, infos, args)
+
+    monkeypatch.setattr(ocp.type_handlers.ArrayHandler, "deserialize", recording)
+    run = restore_run(trained_run, average_last=2)
+    n_params = len(jax.tree.leaves(run.params))
+    assert run.averaged_steps == [40, 60]
+    assert len(read) == 2 * n_params and all(name.startswith("params.") for name in read), read
+
+
 def test_eval_src_ref_line_mismatch_is_one_line_error(trained_run, tmp_path):
     (tmp_path / "s.txt").write_text("a\nb\n")
     (tmp_path / "r.txt").write_text("a\n")

@@ -22,8 +22,7 @@ from transformer import run_config
 from transformer.checkpoint import Checkpointer
 from transformer.data import make_datasets
 from transformer.errors import UserError
-from transformer.optim import make_optimizer
-from transformer.trainer import abstract_train_state, build_model, check_tokenizers
+from transformer.trainer import build_model, check_tokenizers
 from transformer.translate import DecodeSettings, Translator
 
 
@@ -58,18 +57,13 @@ def restore_run(
             f"--average_last={average_last} but only {len(available)} checkpoint(s) up to step "
             f"{step} exist ({available}); lower --average_last"
         )
-    optimizer, _ = make_optimizer(config.train)
-    template = abstract_train_state(model_cfg, optimizer)
-    template = {"step": template.step, "params": template.params, "opt_state": template.opt_state}
-    total, metas = None, {}
-    for s in steps:
-        state, _, metas[s] = checkpoints.restore(s, template)
-        params = jax.tree.map(lambda x: np.asarray(x, np.float64), state["params"])
-        total = params if total is None else jax.tree.map(np.add, total, params)
-    params = jax.tree.map(lambda x: (x / len(steps)).astype(np.float32), total)
+    # Graph structure and parameter shapes only: building the model abstractly allocates
+    # nothing, and no optimizer is needed (its state is never read).
+    graphdef, abstract_params = nnx.split(
+        nnx.eval_shape(lambda: build_model(model_cfg, 0)), nnx.Param
+    )
+    params, metas = _average_params(checkpoints, steps, abstract_params)
     checkpoints.close()
-    # The graph structure only: building it abstractly allocates no parameters or optimizer state.
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: build_model(model_cfg, 0)), nnx.Param)
     data = make_datasets(config, workdir)
     for side, tok in (("source", data.source_tokenizer), ("target", data.target_tokenizer)):
         if tok.vocab_size != model_cfg.vocab_size:
@@ -85,6 +79,18 @@ def restore_run(
         data.source_tokenizer, data.target_tokenizer,
     )  # fmt: skip
     return RestoredRun(workdir, config, model_cfg, graphdef, params, step, steps, data, translator)
+
+
+def _average_params(checkpoints: Checkpointer, steps: list[int], abstract_params):
+    """The mean of the parameters of `steps`, restored one checkpoint at a time into one
+    float64 running sum; returns (float32 params, {step: checkpoint metadata})."""
+    total, metas = None, {}
+    for step in steps:
+        params, metas[step] = checkpoints.restore_params(step, abstract_params)
+        params = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+        total = params if total is None else jax.tree.map(np.add, total, params)
+        del params
+    return jax.tree.map(lambda x: (x / len(steps)).astype(np.float32), total), metas
 
 
 def evaluate(
