@@ -12,7 +12,9 @@ def get_base_config() -> ml_collections.ConfigDict:
 
     # --- model: mirrors transformer.ModelConfig (see its docstring for each switch) ---
     model = config.model = ml_collections.ConfigDict()
-    model.vocab_size = 8000
+    # Embedding rows. None (default) = the run's tokenizer's piece count, resolved by train.py
+    # and recorded in config.json; an int must be >= that count (spare rows are never fed).
+    model.vocab_size = ml_collections.config_dict.placeholder(int)
     model.d_model = 512
     model.num_heads = 8
     model.num_kv_heads = ml_collections.config_dict.placeholder(int)  # None = num_heads
@@ -56,7 +58,9 @@ def get_base_config() -> ml_collections.ConfigDict:
     data.synthetic_train_size = 20000  # sentences in the embedded corpus's train split
     data.synthetic_eval_size = 500  # sentences in its valid and test splits
     data.synthetic_seed = 0
-    # Tokenizer: SentencePiece trained on the train split (vocab size = model.vocab_size).
+    # Tokenizer: SentencePiece trained on the train split. data.vocab_size pieces are asked
+    # for (a soft limit: a small corpus gives fewer, and the model follows the tokenizer).
+    data.vocab_size = 8000
     data.vocab_type = "unigram"  # unigram | bpe
     data.shared_vocab = True  # one vocabulary for both languages
     data.vocab_path = ""  # an existing SentencePiece .model to use instead of training one

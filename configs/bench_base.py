@@ -21,6 +21,7 @@ from configs.base import get_base_config
 
 def get_config():
     config = get_base_config()
+    config.model.vocab_size = 8000  # random-id batches need a size without a tokenizer
     config.data.name = "parallel_text"
     config.data.path = "../shared/data/multi30k"
     config.data.batching = "pad"

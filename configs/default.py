@@ -17,7 +17,7 @@ from configs.base import get_base_config
 
 def get_config():
     config = get_base_config()
-    config.model.vocab_size = 1000
+    config.data.vocab_size = 1000
     config.model.d_model = 256
     config.model.num_heads = 4
     config.model.num_encoder_layers = 2

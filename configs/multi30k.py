@@ -27,7 +27,6 @@ from configs.base import get_base_config
 def get_config():
     config = get_base_config()
     m = config.model
-    m.vocab_size = 8000
     m.d_model, m.num_heads, m.d_ff = 256, 4, 1024
     m.num_encoder_layers = m.num_decoder_layers = 3
     m.norm_position = "pre"

@@ -11,6 +11,6 @@ from configs.base import get_base_config
 
 def get_config():
     config = get_base_config()
-    config.model.vocab_size = 32000
+    config.data.vocab_size = 32000
     config.train.batch_tokens = 4096
     return config

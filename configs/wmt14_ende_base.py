@@ -24,7 +24,6 @@ from configs.transformer_base import get_config as get_transformer_base
 def get_config():
     config = get_transformer_base()
     m = config.model
-    m.vocab_size = 32000
     m.max_len = 256
     m.dtype = "bfloat16"  # compute dtype on accelerators; parameters stay float32
     d = config.data

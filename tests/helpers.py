@@ -15,11 +15,12 @@ def tiny_config(**train_overrides):
 
     config = get_config()
     m = config.model
-    m.vocab_size, m.d_model, m.num_heads, m.d_ff = 200, 32, 4, 64
+    m.d_model, m.num_heads, m.d_ff = 32, 4, 64
     m.num_encoder_layers = m.num_decoder_layers = 1
     m.max_len = 64
     m.dropout_rate = 0.0
     d = config.data
+    d.vocab_size = 200
     d.synthetic_train_size, d.synthetic_eval_size = 1500, 40
     d.max_source_len = d.max_target_len = 32
     t = config.train

@@ -22,6 +22,7 @@ TINY = [
     "--config.model.num_heads=4",
     "--config.model.d_ff=128",
     "--config.model.vocab_size=200",
+    "--config.data.vocab_size=200",
     "--config.model.max_len=64",
     "--config.train.batch_size=8",
     "--config.data.max_source_len=16",

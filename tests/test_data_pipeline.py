@@ -39,7 +39,7 @@ def make_config(corpus, **overrides):
     c = get_base_config()
     c.data.name = "parallel_text"
     c.data.path = str(corpus)
-    c.model.vocab_size = 256
+    c.data.vocab_size = 256
     c.model.max_len = 64
     c.data.max_source_len = 32
     c.data.max_target_len = 32

@@ -10,7 +10,7 @@ from transformer import sweep as sw
 from transformer.errors import UserError
 
 TINY = {  # tests/helpers.tiny_config as overrides of configs/default.py, shortened further
-    "model.vocab_size": 200, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
+    "data.vocab_size": 200, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
     "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_len": 64,
     "model.dropout_rate": 0.0, "data.synthetic_train_size": 1500, "data.synthetic_eval_size": 8,
     "data.max_source_len": 32, "data.max_target_len": 32, "train.batch_size": 16,

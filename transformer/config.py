@@ -19,7 +19,9 @@ class ModelConfig:
     Field names are public API: config files set them as ``config.model.<field>``.
     """
 
-    vocab_size: int = 8000
+    # Embedding rows; None = not yet known: a run takes it from its tokenizer
+    # (`run_config.resolve_vocab_size`). A model can only be built with an int.
+    vocab_size: int | None = None
     d_model: int = 512
     num_heads: int = 8
     # None = num_heads (multi-head); 1 = multi-query; in between = grouped-query attention.
@@ -58,8 +60,10 @@ class ModelConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
-        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
+        for name in ("d_model", "num_heads", "d_ff", "max_len"):
             positive_int(name)
+        if self.vocab_size is not None:
+            positive_int("vocab_size")
         for name in ("num_encoder_layers", "num_decoder_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

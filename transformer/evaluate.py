@@ -22,6 +22,7 @@ from transformer import run_config
 from transformer.checkpoint import Checkpointer
 from transformer.data import make_datasets
 from transformer.errors import UserError
+from transformer.fileio import atomic_write
 from transformer.trainer import build_model, check_tokenizers
 from transformer.translate import DecodeSettings, Translator
 
@@ -65,13 +66,13 @@ def restore_run(
     params, metas = _average_params(checkpoints, steps, abstract_params)
     checkpoints.close()
     data = make_datasets(config, workdir)
-    for side, tok in (("source", data.source_tokenizer), ("target", data.target_tokenizer)):
-        if tok.vocab_size != model_cfg.vocab_size:
-            raise UserError(
-                f"the {side} vocabulary in {workdir}/vocab has {tok.vocab_size} pieces but the "
-                f"checkpoint's model.vocab_size={model_cfg.vocab_size}; the tokenizer does not "
-                f"belong to this run: restore the run's vocab/ directory"
-            )
+    pieces = max(data.source_tokenizer.vocab_size, data.target_tokenizer.vocab_size)
+    if pieces > model_cfg.vocab_size:
+        raise UserError(
+            f"the vocabulary in {workdir}/vocab has {pieces} pieces but the checkpoint's "
+            f"model.vocab_size={model_cfg.vocab_size}; the tokenizer does not belong to this "
+            "run: restore the run's vocab/ directory"
+        )
     for s, meta in metas.items():
         check_tokenizers(meta, data, f"{workdir}/checkpoints/{s}")
     translator = Translator(
@@ -177,10 +178,7 @@ def evaluate(
             f"warning: {translations.num_truncated} input(s) longer than model.max_len="
             f"{run.model_cfg.max_len} tokens were truncated",
         )
-    tmp = os.path.join(out_dir, f"{name}.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2)
-    os.replace(tmp, os.path.join(out_dir, f"{name}.json"))
+    atomic_write(os.path.join(out_dir, f"{name}.json"), json.dumps(record, indent=2))
     record["_scores"] = scores
     return record
 

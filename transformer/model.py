@@ -133,6 +133,11 @@ class Transformer(nnx.Module):
     """Encoder-decoder Transformer; ``model(src, tgt_in)`` returns float32 logits [B, T, V]."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        if cfg.vocab_size is None:
+            raise ValueError(
+                "ModelConfig.vocab_size is None: give the vocabulary size (train.py takes it "
+                "from the run's tokenizer)"
+            )
         self.cfg = cfg
         self.src_embed = Embed(cfg.vocab_size, cfg.d_model, rngs=rngs)
         self.tgt_embed = (

@@ -78,6 +78,23 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     return model_cfg
 
 
+def resolve_vocab_size(config: ml_collections.ConfigDict, src_tok, tgt_tok) -> int:
+    """The one vocabulary-size rule: the model's embedding rows (`model.vocab_size`) are the
+    tokenizers' piece count unless set, and a set value must cover every piece.
+    `data.vocab_size` only asks SentencePiece for a size, which a small corpus may not reach.
+    Sets config.model.vocab_size and returns it."""
+    pieces = max(src_tok.vocab_size, tgt_tok.vocab_size)
+    rows = config.model.vocab_size
+    if rows is None:
+        rows = config.model.vocab_size = pieces
+    elif rows < pieces:
+        raise UserError(
+            f"the vocabulary has {pieces} pieces but model.vocab_size={rows}; leave "
+            f"model.vocab_size unset to follow the tokenizer, or set it to at least {pieces}"
+        )
+    return rows
+
+
 def save(config: ml_collections.ConfigDict, workdir: str) -> None:
     atomic_write(os.path.join(workdir, CONFIG_FILE), config.to_json(indent=2, sort_keys=True))
 
@@ -96,6 +113,9 @@ def load(workdir: str) -> ml_collections.ConfigDict:
         for key, value in fields.items():
             if section in config and key in config[section]:
                 setattr(config[section], key, value)
+    if "vocab_size" not in values.get("data", {}):
+        # A run saved before data.vocab_size existed asked SentencePiece for model.vocab_size.
+        config.data.vocab_size = config.model.vocab_size
     return config
 
 
@@ -104,8 +124,10 @@ def check_same_model(config, workdir: str) -> None:
     if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
         return
     saved = load(workdir).model
+    # An unset model.vocab_size is resolved from the tokenizer later and compared then.
     diffs = [f"{k}: {saved[k]!r} -> {config.model[k]!r}" for k in config.model
-             if saved.get(k) != config.model[k]]  # fmt: skip
+             if saved.get(k) != config.model[k]
+             and not (k == "vocab_size" and config.model[k] is None)]  # fmt: skip
     if diffs:
         raise UserError(
             f"the model config differs from the one {workdir} was trained with "
@@ -120,22 +142,23 @@ def apply_overrides(config, overrides: list[str]) -> None:
         section, _, field = key.partition(".")
         if section not in config or field not in config[section]:
             raise UserError(f"unknown config key {key!r}; valid sections: {', '.join(SECTIONS)}")
-        old = config[section][field]
-        config[section][field] = _parse_like(value, old, key)
+        # A placeholder field (None until set, e.g. model.vocab_size) keeps its declared type.
+        kind = config[section].get_ref(field).get_type()
+        config[section][field] = _parse_as(value, kind, key)
 
 
-def _parse_like(value: str, old, key: str):
+def _parse_as(value: str, kind: type, key: str):
+    if value.lower() in ("none", "null") and kind is not str:
+        return None
     try:
-        if isinstance(old, bool):
+        if kind is bool:
             if value.lower() in ("true", "1", "yes"):
                 return True
             if value.lower() in ("false", "0", "no"):
                 return False
             raise ValueError
-        if isinstance(old, int):
-            return int(value)
-        if isinstance(old, float):
-            return float(value)
+        if kind in (int, float):
+            return kind(value)
     except ValueError:
-        raise UserError(f"--config.{key}={value!r}: expected a {type(old).__name__}") from None
+        raise UserError(f"--config.{key}={value!r}: expected type {kind.__name__}") from None
     return value

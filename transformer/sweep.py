@@ -51,6 +51,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from transformer.errors import UserError
+from transformer.fileio import atomic_write
 from transformer.report import update_readme
 
 SECTIONS = ("model", "data", "train", "decode")
@@ -323,9 +324,7 @@ def write_status(run: Run, **fields) -> dict:
     status.update(fields, variant=run.variant, seed=run.seed, overrides=run.overrides,
                   updated=time.time())  # fmt: skip
     path = os.path.join(run.workdir, STATUS_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(status, f, indent=2, default=str)
-    os.replace(path + ".tmp", path)
+    atomic_write(path, json.dumps(status, indent=2, default=str))
     return status
 
 

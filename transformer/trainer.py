@@ -137,13 +137,9 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
     # A missing validation split fails now, not at the first evaluation (reading it is cheap;
     # tokenizing waits for the evaluation).
     load_split(config.data, data.split_name("valid"), workdir)
-    for side, tok in (("source", data.source_tokenizer), ("target", data.target_tokenizer)):
-        if tok.vocab_size != model_cfg.vocab_size:
-            raise UserError(
-                f"the {side} vocabulary has {tok.vocab_size} pieces but model.vocab_size="
-                f"{model_cfg.vocab_size}; set --config.model.vocab_size={tok.vocab_size} or "
-                f"remove {os.path.join(workdir, 'vocab')} to train a new one"
-            )
+    vocab_size = run_config.resolve_vocab_size(config, data.source_tokenizer, data.target_tokenizer)
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=vocab_size)
+    run_config.check_same_model(config, workdir)  # now with the resolved vocab_size too
     if is_main:
         run_config.save(config, workdir)
 

@@ -24,7 +24,7 @@ def get_config():
             "model.num_heads": 4,
             "model.num_encoder_layers": 2,
             "model.num_decoder_layers": 2,
-            "model.vocab_size": 500,
+            "data.vocab_size": 500,
             "data.synthetic_train_size": 10000,
             "data.synthetic_eval_size": 100,
             "data.max_source_len": 40,

@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import io
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +58,7 @@ from absl import logging
 from transformer.data import sources
 from transformer.data.tokenizer import EOS_ID, Tokenizer, build_tokenizers
 from transformer.errors import UserError
+from transformer.fileio import atomic_write
 
 BATCH_KEYS = ("src", "tgt", "src_segments", "tgt_segments", "src_positions", "tgt_positions")
 BATCHING_MODES = ("pack", "bucket", "pad")
@@ -162,11 +164,11 @@ def tokenize_pairs_cached(
             logging.warning("ignoring unreadable token cache %s (%s)", path, e)
     tokens = tokenize_pairs(pairs, src_tok, tgt_tok)
     os.makedirs(cache_dir, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
+    buf = io.BytesIO()
     np.savez(
-        tmp, sf=tokens.src_flat, so=tokens.src_offsets, tf=tokens.tgt_flat, to=tokens.tgt_offsets
+        buf, sf=tokens.src_flat, so=tokens.src_offsets, tf=tokens.tgt_flat, to=tokens.tgt_offsets
     )
-    os.replace(tmp, path)
+    atomic_write(path, buf.getvalue())
     return tokens
 
 
@@ -841,7 +843,7 @@ def make_datasets(
             train_pairs.append(sources.load_split(d, d.train_split, workdir))
         return train_pairs[0]
 
-    src_tok, tgt_tok = build_tokenizers(d, int(config.model.vocab_size), workdir, load_train)
+    src_tok, tgt_tok = build_tokenizers(d, int(d.vocab_size), workdir, load_train)
     bundle = DataBundle(
         config,
         workdir,

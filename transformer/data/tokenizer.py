@@ -17,6 +17,7 @@ import sentencepiece as spm
 from absl import logging
 
 from transformer.errors import UserError
+from transformer.fileio import atomic_write
 
 PAD_ID = 0
 UNK_ID = 1
@@ -103,7 +104,7 @@ class Tokenizer:
                 f"data.vocab_type={model_type!r} is not one of {', '.join(MODEL_TYPES)}"
             )
         if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_IDS):
-            raise UserError(f"vocab_size={vocab_size!r} must be an integer > 4 (model.vocab_size)")
+            raise UserError(f"vocab_size={vocab_size!r} must be an integer > 4 (data.vocab_size)")
         sentences = _sentence_stream(sentences_or_files, max_sentences)
         seen = [0]
 
@@ -144,7 +145,7 @@ class Tokenizer:
                 ) from None
             raise UserError(
                 f"SentencePiece training on {seen[0]} sentences failed: {msg}; a smaller "
-                "model.vocab_size or more data usually fixes it"
+                "data.vocab_size or more data usually fixes it"
             ) from None
         tok = cls(buf.getvalue())
         if model_path:
@@ -162,10 +163,7 @@ class Tokenizer:
         """Writes the model to ``path`` atomically (safe with several processes)."""
         path = os.path.abspath(os.path.expanduser(path))
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(self._proto)
-        os.replace(tmp, path)
+        atomic_write(path, self._proto)
         self.path = path
 
     # -- use --------------------------------------------------------------------------
@@ -258,15 +256,6 @@ def _sample_indices(n: int, k: int, seed: int = 0) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
 
 
-def _check_size(tok: Tokenizer, vocab_size: int, where: str) -> Tokenizer:
-    if tok.vocab_size > vocab_size:
-        raise UserError(
-            f"{where} has {tok.vocab_size} pieces but model.vocab_size={vocab_size}; raise "
-            f"model.vocab_size to at least {tok.vocab_size} or use another vocabulary"
-        )
-    return tok
-
-
 def _load_or_train(
     model_path: str, spec: dict, vocab_size: int, texts: Callable[[], Iterable[str]]
 ) -> Tokenizer:
@@ -284,15 +273,12 @@ def _load_or_train(
                     f"workdir or delete {os.path.dirname(model_path)} to retrain the vocabulary"
                 )
         logging.info("reusing vocabulary %s", model_path)
-        return _check_size(Tokenizer.load(model_path), vocab_size, model_path)
+        return Tokenizer.load(model_path)
     tok = Tokenizer.train(
         texts(), None, vocab_size, model_type=spec["vocab_type"], max_sentences=None
     )
-    tmp = f"{spec_path}.tmp-{os.getpid()}"
     os.makedirs(os.path.dirname(model_path), exist_ok=True)
-    with open(tmp, "w") as f:
-        json.dump(spec, f, sort_keys=True)
-    os.replace(tmp, spec_path)
+    atomic_write(spec_path, json.dumps(spec, sort_keys=True))
     tok.save(model_path)
     return tok
 
@@ -317,7 +303,9 @@ def build_tokenizers(
     Args:
       data_config: ``config.data`` (uses vocab_path, shared_vocab, vocab_type,
         vocab_train_sentences, name, source_lang, target_lang, reverse).
-      vocab_size: ``config.model.vocab_size`` (requested size; an upper bound).
+      vocab_size: ``config.data.vocab_size``, the size asked of a trained vocabulary (a soft
+        limit; unused with ``vocab_path``). The model's size follows the tokenizer
+        (`transformer.run_config.resolve_vocab_size`).
       workdir: the run's directory.
       train_texts: the training split as ``(source, target)`` pairs (e.g. from
         `transformer.data.sources.load_split`), or a zero-argument callable returning it,
@@ -326,14 +314,14 @@ def build_tokenizers(
     if data_config.vocab_path:
         paths = [p.strip() for p in str(data_config.vocab_path).split(",")]
         if len(paths) == 1:
-            tok = _check_size(Tokenizer.load(paths[0]), vocab_size, paths[0])
+            tok = Tokenizer.load(paths[0])
             return tok, tok
         if len(paths) != 2 or not all(paths):
             raise UserError(
                 f"data.vocab_path={data_config.vocab_path!r} must be one .model path or two "
                 "separated by a comma (source,target)"
             )
-        return tuple(_check_size(Tokenizer.load(p), vocab_size, p) for p in paths)
+        return tuple(Tokenizer.load(p) for p in paths)
     if not workdir:
         raise UserError("a workdir is needed to store the trained vocabulary (or set vocab_path)")
     vocab_dir = os.path.join(os.path.abspath(os.path.expanduser(workdir)), VOCAB_DIR)
