@@ -13,7 +13,7 @@
   emit exactly `length` tokens (EOS forbidden before the last position, forced at it), so a
   random model does fixed work per call.
 
-Nothing here imports JAX or PyTorch.
+Nothing here imports JAX or PyTorch (`transformer.special_ids` is a plain module).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 import numpy as np
+
+from transformer.special_ids import FIRST_WORD_ID  # random benchmark tokens avoid the specials
 
 __all__ = [
     "DECODE_MODES",
@@ -54,7 +56,6 @@ DECODE_MODES = {
         {"strategy": "beam", "beam_size": 4, "length_penalty": 0.6, "n_best": 1},
     ),
 }
-FIRST_WORD_ID = 4  # random benchmark tokens avoid pad/unk/bos/eos
 
 
 def forced_length_overrides(mode: str, length: int, rows: int) -> dict[str, Any]:

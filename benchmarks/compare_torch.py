@@ -45,6 +45,8 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import emit, median_time, peak_rss_mib
 
+from transformer.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID  # noqa: E402
+
 IMPL = "torch-marian"
 
 # Sizes of configs/bench_base.py.
@@ -55,8 +57,6 @@ D_FF = 2048
 LAYERS = 6
 DROPOUT = 0.1
 MAX_POSITIONS = 512
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-FIRST_WORD_ID = 4  # random tokens are drawn from [4, VOCAB): no pad/unk/bos/eos
 
 BATCH = 32
 SOURCE_LEN = 64

@@ -32,7 +32,6 @@ def get_base_config() -> ml_collections.ConfigDict:
     model.share_embeddings = True  # one table for source and target (needs a shared vocab)
     model.tie_output = True  # output projection = target embedding transposed
     model.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
-    model.pad_id = 0
     model.use_bias = True
     model.norm_eps = 1e-6
     model.residual_init_scale = ml_collections.config_dict.placeholder(float)

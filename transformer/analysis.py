@@ -52,6 +52,7 @@ from flax import nnx
 
 from transformer.errors import UserError
 from transformer.masks import shift_right
+from transformer.special_ids import BOS_ID, EOS_ID
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 KIND_ALIASES = {
@@ -65,7 +66,6 @@ KIND_ALIASES = {
 }
 STATS = ("entropy", "first_token", "punct_eos", "same", "previous", "next")
 THRESHOLDS = {"dead_entropy": 0.9, "sink_share": 0.5, "positional_share": 0.5}
-BOS_ID, EOS_ID = 2, 3
 
 
 # ------------------------------------------------------------------------------ head masks

@@ -43,7 +43,6 @@ class ModelConfig:
     tie_output: bool = True
     # Compute dtype; parameters, logits, softmax and loss stay float32.
     dtype: str = "float32"
-    pad_id: int = 0
     use_bias: bool = True
     norm_eps: float = 1e-6
     # Std of output-projection init of attention and FFN = xavier * residual_init_scale;
@@ -96,8 +95,6 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-        if self.pad_id != 0:
-            raise ValueError(f"pad_id must be 0 (padding is id 0 throughout), got {self.pad_id}")
         if self.position == "rope" and self.head_dim % 2:
             raise ValueError(
                 f"position='rope' needs an even head dimension, got d_model/num_heads="

@@ -37,9 +37,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-PAD_ID = 0
-BOS_ID = 2
-EOS_ID = 3
+from transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 TokensToLogits = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
 

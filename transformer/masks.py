@@ -7,6 +7,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from transformer.special_ids import BOS_ID, PAD_ID
+
 
 @dataclasses.dataclass(frozen=True)
 class SelfAttentionInputs:
@@ -20,7 +22,7 @@ class SelfAttentionInputs:
 def default_segments(tokens, segments=None, positions=None):
     """One sentence per row unless told otherwise: segment 1 on tokens, 0 on padding."""
     if segments is None:
-        segments = (tokens != 0).astype(jnp.int32)
+        segments = (tokens != PAD_ID).astype(jnp.int32)
     if positions is None:
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
     return segments, positions
@@ -40,15 +42,17 @@ def causal_mask(tq: int, tk: int) -> jax.Array:
     return (jnp.arange(tk)[None, :] <= jnp.arange(tq)[:, None])[None, None]
 
 
-def shift_right(targets: jax.Array, segments: jax.Array | None, bos_id: int) -> jax.Array:
+def shift_right(
+    targets: jax.Array, segments: jax.Array | None, bos_id: int = BOS_ID
+) -> jax.Array:
     """Decoder inputs from targets [B, T]: BOS then the targets shifted right by one,
     restarting at every segment of a packed row (no token leaks across sentences)."""
-    shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+    shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=PAD_ID)[:, :-1]
     if segments is None:
         starts = jnp.zeros_like(targets, dtype=bool).at[:, 0].set(True)
     else:
         prev = jnp.pad(segments, ((0, 0), (1, 0)))[:, :-1]
         starts = segments != prev
     shifted = jnp.where(starts, bos_id, shifted)
-    real = targets != 0 if segments is None else segments != 0
-    return jnp.where(real, shifted, 0)
+    real = targets != PAD_ID if segments is None else segments != 0
+    return jnp.where(real, shifted, PAD_ID)

@@ -17,8 +17,7 @@ from flax import nnx
 
 from transformer.loss import cross_entropy
 from transformer.masks import shift_right
-
-BOS_ID = 2
+from transformer.special_ids import BOS_ID
 
 
 class TrainState(NamedTuple):

@@ -19,8 +19,9 @@ from flax import nnx
 
 from transformer import decoding
 from transformer.config import ModelConfig
-from transformer.data import EOS_ID, encode_sources, source_batch
+from transformer.data import encode_sources, source_batch
 from transformer.errors import UserError
+from transformer.special_ids import EOS_ID, PAD_ID
 
 STRATEGIES = ("greedy", "sample", "beam")
 
@@ -112,14 +113,14 @@ class Translator:
         return jax.jit(self._decode_batch, static_argnames=("max_out",))
 
     def _decode_batch(self, params, src, row_ids, *, max_out: int, head_mask=None):
-        """src [B, S] (EOS-terminated, 0 = padding) -> (tokens [B, R, max_out], scores [B, R]).
+        """src [B, S] (EOS-terminated, PAD_ID = padding) -> (tokens [B, R, max_out], scores [B, R]).
 
         head_mask: None or (encoder [layers, H], decoder [layers, 2, H]) 0/1 arrays (analysis).
         """
         s = self.settings
         model = nnx.merge(self.graphdef, params)
         enc_mask, dec_mask = (None, None) if head_mask is None else head_mask
-        src_segments = (src != 0).astype(jnp.int32)
+        src_segments = (src != PAD_ID).astype(jnp.int32)
         encoded = model.encode(src, src_segments=src_segments, head_mask=enc_mask)
         cross_kv = model.cross_kv(encoded)
         src_len = jnp.sum(src_segments, axis=1)
@@ -259,7 +260,7 @@ class Translator:
 def _until_eos(tokens: np.ndarray) -> list[int]:
     out = []
     for t in tokens.tolist():
-        if t == EOS_ID or t == 0:
+        if t in (EOS_ID, PAD_ID):
             break
         out.append(t)
     return out

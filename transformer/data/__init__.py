@@ -18,14 +18,8 @@ from transformer.data.pipeline import (
     tokenize_pairs,
 )
 from transformer.data.sources import TextPairs, load_split
-from transformer.data.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
-    Tokenizer,
-    build_tokenizers,
-)
+from transformer.data.tokenizer import Tokenizer, build_tokenizers
+from transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
     "BATCH_KEYS",

@@ -1,7 +1,7 @@
 """SentencePiece tokenizers with fixed special ids, trained in-process and kept in the workdir.
 
-Special ids are the same in every vocabulary this code trains or accepts:
-``PAD_ID=0`` (padding, never produced by `encode`), ``UNK_ID=1``, ``BOS_ID=2``, ``EOS_ID=3``.
+Special ids are the same in every vocabulary this code trains or accepts: those of
+`transformer.special_ids` (padding is never produced by `encode`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,8 @@ from absl import logging
 
 from transformer.errors import UserError
 from transformer.fileio import atomic_write
+from transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
-SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 MODEL_TYPES = ("unigram", "bpe")
 VOCAB_DIR = "vocab"
 # Sentences longer than this (in bytes) are ignored by SentencePiece training.
@@ -31,7 +27,7 @@ _MAX_SENTENCE_BYTES = 1 << 14
 
 
 class Tokenizer:
-    """A SentencePiece model with ``pad=0, unk=1, bos=2, eos=3``.
+    """A SentencePiece model with the special ids of `transformer.special_ids`.
 
     `encode` returns ids without BOS/EOS; `decode` stops at the first EOS and ignores PAD
     and BOS (and ids outside the vocabulary, which a model whose ``vocab_size`` is larger
@@ -50,10 +46,11 @@ class Tokenizer:
             "eos": self._sp.eos_id(),
         }
         if got != SPECIAL_IDS:
+            needs = ", ".join(f"{k}={v}" for k, v in SPECIAL_IDS.items())
+            flags = " ".join(f"{k}_id={v}" for k, v in SPECIAL_IDS.items())
             raise UserError(
-                f"{where} has special ids {got}, but this code needs pad=0, unk=1, bos=2, "
-                "eos=3; retrain it with pad_id=0 unk_id=1 bos_id=2 eos_id=3 (or clear "
-                "data.vocab_path to train one)"
+                f"{where} has special ids {got}, but this code needs {needs}; retrain it "
+                f"with {flags} (or clear data.vocab_path to train one)"
             )
 
     # -- construction -----------------------------------------------------------------
