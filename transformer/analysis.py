@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from transformer.errors import UserError
+from transformer.errors import UserError, report_user_error
 from transformer.masks import shift_right
 from transformer.special_ids import BOS_ID, EOS_ID
 
@@ -604,8 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         analyze(args)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return report_user_error(e)
     return 0
 
 

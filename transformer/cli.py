@@ -7,7 +7,7 @@ import sys
 
 from absl import app, flags, logging
 
-from transformer.errors import UserError
+from transformer.errors import UserError, exit_on_user_error, report_user_error
 
 
 def distributed_flags():
@@ -56,8 +56,7 @@ def _parse_flags(argv, keep_config_overrides=False):
         message = f"unknown config key {_one_line(e)} in a --config.* override; see configs/base.py"
     except Exception as e:  # noqa: BLE001 - flags.Error, bad values, unloadable config file
         message = _one_line(e)
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(report_user_error(message))
 
 
 def load_config_flag(name: str = "config"):
@@ -85,11 +84,8 @@ def run_cli(main, *, config_overrides: bool = False) -> None:
     def wrapped(argv):
         if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
             logging.set_verbosity(logging.WARNING)  # Orbax/TFDS info chatter off by default
-        try:
+        with exit_on_user_error():
             main(argv)
-        except UserError as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
 
     app.run(
         wrapped,

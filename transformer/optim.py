@@ -6,7 +6,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from transformer.errors import UserError
+
 SCHEDULES = ("rsqrt", "cosine", "constant")
+
+
+def check_schedule(schedule: str) -> None:
+    """train.schedule's one check (run_config.validate calls it before any work)."""
+    if schedule not in SCHEDULES:
+        raise UserError(f"unknown train.schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
 
 
 def learning_rate_schedule(
@@ -18,8 +26,7 @@ def learning_rate_schedule(
     cosine: half-cosine from peak to 0 at num_steps;
     constant: peak.
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown train.schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+    check_schedule(schedule)
     warmup = max(int(warmup_steps), 0)
 
     def lr(step):

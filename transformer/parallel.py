@@ -23,22 +23,29 @@ from transformer.errors import UserError
 PARALLELISMS = ("mesh", "pmap")
 
 
+def check_parallelism(kind: str, fsdp: int) -> None:
+    """train.parallelism and train.fsdp, as far as they can be checked without devices."""
+    if kind not in PARALLELISMS:
+        raise UserError(f"unknown train.parallelism {kind!r}; valid: {', '.join(PARALLELISMS)}")
+    if not isinstance(fsdp, int) or fsdp < 1:
+        raise UserError(f"train.fsdp={fsdp!r} must be a positive integer")
+    if kind == "pmap" and fsdp != 1:
+        raise UserError("train.fsdp > 1 needs train.parallelism='mesh'")
+
+
 class Parallel:
     """Device layout for training; `compile_*` return step functions on global batches."""
 
     def __init__(self, kind: str = "mesh", fsdp: int = 1):
-        if kind not in PARALLELISMS:
-            raise UserError(f"unknown train.parallelism {kind!r}; valid: {', '.join(PARALLELISMS)}")
+        check_parallelism(kind, fsdp)
         self.kind = kind
         self.devices = jax.devices()
         self.num_devices = len(self.devices)
-        if fsdp < 1 or self.num_devices % fsdp:
+        if self.num_devices % fsdp:
             raise UserError(
                 f"train.fsdp={fsdp} must divide the device count {self.num_devices}; "
                 f"set --config.train.fsdp to a divisor of it"
             )
-        if kind == "pmap" and fsdp != 1:
-            raise UserError("train.fsdp > 1 needs train.parallelism='mesh'")
         self.fsdp = fsdp
         mesh_devices = np.asarray(self.devices).reshape(self.num_devices // fsdp, fsdp)
         self.mesh = Mesh(mesh_devices, ("data", "fsdp"))

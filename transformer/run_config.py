@@ -10,11 +10,10 @@ import ml_collections
 from transformer.config import ModelConfig
 from transformer.errors import UserError
 from transformer.fileio import atomic_write
-from transformer.optim import SCHEDULES
-from transformer.parallel import PARALLELISMS
+from transformer.optim import check_schedule
+from transformer.parallel import check_parallelism
 
 CONFIG_FILE = "config.json"
-SECTIONS = ("model", "data", "train", "decode")
 
 
 def _base():
@@ -26,11 +25,11 @@ def _base():
 def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     """Rejects unknown sections/keys and invalid values with one-line errors; returns the
     ModelConfig. Runs before any work starts."""
-    base = _base()
+    base = _base()  # its sections and keys are the valid ones
     for section in config:
-        if section not in SECTIONS:
-            raise UserError(f"unknown config section {section!r}; valid: {', '.join(SECTIONS)}")
-    for section in SECTIONS:
+        if section not in base:
+            raise UserError(f"unknown config section {section!r}; valid: {', '.join(base)}")
+    for section in base:
         if section not in config:
             raise UserError(f"config has no {section!r} section; start from configs/base.py")
         unknown = sorted(set(config[section]) - set(base[section]))
@@ -44,12 +43,8 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     except (ValueError, TypeError) as e:
         raise UserError(f"config.model: {e}") from None
     t = config.train
-    if t.schedule not in SCHEDULES:
-        raise UserError(f"unknown train.schedule {t.schedule!r}; valid: {', '.join(SCHEDULES)}")
-    if t.parallelism not in PARALLELISMS:
-        raise UserError(
-            f"unknown train.parallelism {t.parallelism!r}; valid: {', '.join(PARALLELISMS)}"
-        )
+    check_schedule(t.schedule)
+    check_parallelism(t.parallelism, t.fsdp)
     for name in ("num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
                  "grad_accum_steps", "batch_size"):  # fmt: skip
         if not isinstance(t[name], int) or t[name] < 1:
@@ -72,8 +67,11 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
             "model.share_embeddings=True needs data.shared_vocab=True (one vocabulary); "
             "set one of them differently"
         )
+    from transformer.data import check_vocab_config, make_layout
     from transformer.translate import DecodeSettings
 
+    check_vocab_config(config.data)
+    make_layout(config)  # batching and length limits
     DecodeSettings.from_config(config.decode)
     return model_cfg
 
@@ -141,7 +139,7 @@ def apply_overrides(config, overrides: list[str]) -> None:
         key, _, value = item.partition("=")
         section, _, field = key.partition(".")
         if section not in config or field not in config[section]:
-            raise UserError(f"unknown config key {key!r}; valid sections: {', '.join(SECTIONS)}")
+            raise UserError(f"unknown config key {key!r}; valid sections: {', '.join(config)}")
         # A placeholder field (None until set, e.g. model.vocab_size) keeps its declared type.
         kind = config[section].get_ref(field).get_type()
         config[section][field] = _parse_as(value, kind, key)

@@ -50,11 +50,10 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
-from transformer.errors import UserError
+from transformer.errors import UserError, report_user_error
 from transformer.fileio import atomic_write
 from transformer.report import update_readme
 
-SECTIONS = ("model", "data", "train", "decode")
 STATUS_FILE = "status.json"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_POLL_S = 5.0
@@ -146,11 +145,11 @@ def _resolve_keys(overrides: Mapping, base, where: str) -> dict[str, object]:
     for key, value in _flatten(overrides).items():
         if "." in key:
             section, _, field = key.partition(".")
-            if section not in SECTIONS or field not in base[section]:
+            if section not in base or field not in base[section]:
                 raise UserError(f"{where}: unknown config key {key!r}; see configs/base.py")
             out[key] = value
             continue
-        owners = [s for s in SECTIONS if key in base[s]]
+        owners = [s for s in base if key in base[s]]
         if len(owners) != 1:
             what = "unknown" if not owners else f"ambiguous ({', '.join(owners)})"
             raise UserError(f"{where}: config key {key!r} is {what}; write it as 'section.{key}'")
@@ -846,8 +845,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'updated' if changed else 'unchanged'}: {args.readme} section "
                   f"{args.section!r}", flush=True)  # fmt: skip
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return report_user_error(e)
     return 0
 
 

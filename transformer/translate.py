@@ -30,7 +30,7 @@ STRATEGIES = ("greedy", "sample", "beam")
 class DecodeSettings:
     """The `decode` config section, validated."""
 
-    strategy: str = "greedy"
+    strategy: str = "beam"
     beam_size: int = 4
     length_penalty: float = 0.6
     n_best: int = 1

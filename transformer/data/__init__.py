@@ -18,7 +18,7 @@ from transformer.data.pipeline import (
     tokenize_pairs,
 )
 from transformer.data.sources import TextPairs, load_split
-from transformer.data.tokenizer import Tokenizer, build_tokenizers
+from transformer.data.tokenizer import Tokenizer, build_tokenizers, check_vocab_config
 from transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Tokenizer",
     "TrainStats",
     "build_tokenizers",
+    "check_vocab_config",
     "encode_sources",
     "load_split",
     "make_datasets",

@@ -280,6 +280,20 @@ def _load_or_train(
     return tok
 
 
+def check_vocab_config(data_config) -> None:
+    """The vocabulary fields of the `data` section (run_config.validate calls it first)."""
+    d = data_config
+    if d.vocab_type not in MODEL_TYPES:
+        raise UserError(f"data.vocab_type={d.vocab_type!r} is not one of {', '.join(MODEL_TYPES)}")
+    if not isinstance(d.vocab_size, int) or d.vocab_size <= len(SPECIAL_IDS):
+        raise UserError(
+            f"data.vocab_size={d.vocab_size!r} must be an integer > {len(SPECIAL_IDS)} (the "
+            "special pieces)"
+        )
+    if not isinstance(d.vocab_train_sentences, int) or d.vocab_train_sentences <= 0:
+        raise UserError(f"data.vocab_train_sentences={d.vocab_train_sentences!r} must be positive")
+
+
 def build_tokenizers(
     data_config,
     vocab_size: int,
@@ -322,9 +336,8 @@ def build_tokenizers(
     if not workdir:
         raise UserError("a workdir is needed to store the trained vocabulary (or set vocab_path)")
     vocab_dir = os.path.join(os.path.abspath(os.path.expanduser(workdir)), VOCAB_DIR)
+    check_vocab_config(data_config)
     limit = int(data_config.vocab_train_sentences)
-    if limit <= 0:
-        raise UserError(f"data.vocab_train_sentences={limit} must be positive")
     pairs_cache = []
 
     def pairs():

@@ -1,0 +1,35 @@
+"""One source of truth for defaults: configs/base.py's `model` and `decode` sections hold
+exactly the fields of ModelConfig and DecodeSettings, with the same default values, and the
+config sections are the ones run_config and the sweep accept."""
+
+import dataclasses
+
+import pytest
+
+from configs.base import get_base_config
+from transformer import DecodeSettings, ModelConfig
+
+
+@pytest.mark.parametrize("section,cls", [("model", ModelConfig), ("decode", DecodeSettings)])
+def test_base_section_matches_the_dataclass_field_by_field(section, cls):
+    base = get_base_config()[section]
+    fields = {f.name: f.default for f in dataclasses.fields(cls)}
+    assert sorted(base.keys()) == sorted(fields), (section, cls.__name__)
+    differ = {k: (base[k], v) for k, v in fields.items() if base[k] != v}
+    assert not differ, f"configs/base.py {section} vs {cls.__name__} defaults: {differ}"
+
+
+def test_dataclass_defaults_build_and_validate():
+    # A default-constructed DecodeSettings and the base decode section are one thing.
+    assert DecodeSettings.from_config(get_base_config().decode) == DecodeSettings()
+    assert ModelConfig.from_dict(get_base_config().model) == ModelConfig()
+
+
+def test_unknown_section_is_named_with_the_valid_ones():
+    from transformer import run_config
+    from transformer.errors import UserError
+
+    config = get_base_config()
+    config.extra = {"x": 1}
+    with pytest.raises(UserError, match="unknown config section 'extra'; valid: data, decode, model, train"):
+        run_config.validate(config)
