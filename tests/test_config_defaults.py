@@ -31,5 +31,6 @@ def test_unknown_section_is_named_with_the_valid_ones():
 
     config = get_base_config()
     config.extra = {"x": 1}
-    with pytest.raises(UserError, match="unknown config section 'extra'; valid: data, decode, model, train"):
+    expected = "unknown config section 'extra'; valid: data, decode, model, train"
+    with pytest.raises(UserError, match=expected):
         run_config.validate(config)
