@@ -12,5 +12,6 @@ from configs.base import get_base_config
 def get_config():
     config = get_base_config()
     config.data.vocab_size = 32000
+    config.data.batching = "bucket"  # length buckets of about train.batch_tokens tokens
     config.train.batch_tokens = 4096
     return config

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -67,3 +69,15 @@ def run(args, *, env=None, timeout=600, check=False):
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
+
+
+def fast_subset(cases, fast) -> list:
+    """Parametrize cases in which those outside `fast` are marked slow: the fast tier
+    (`-m "not slow"`) runs a concept's representatives, the full suite every case."""
+    fast = list(fast)
+    return [case if case in fast else pytest.param(*_as_tuple(case), marks=pytest.mark.slow)
+            for case in cases]  # fmt: skip
+
+
+def _as_tuple(case):
+    return case if isinstance(case, tuple) else (case,)

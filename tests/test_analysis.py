@@ -5,6 +5,7 @@ import os
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from tests.helpers import tiny_config
@@ -101,6 +102,7 @@ def test_parse_mask_spec_rejects_bad_items():
         raise AssertionError(f"{bad!r} accepted")
 
 
+@pytest.mark.slow
 def test_analysis_cli_writes_heatmaps_statistics_and_report(tmp_path):
     from transformer.trainer import train_and_evaluate
 

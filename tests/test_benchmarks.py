@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import ROOT, run
 
 SCRIPT = "benchmarks/throughput.py"
@@ -81,6 +83,7 @@ def _records(proc) -> list[dict]:
     return records
 
 
+@pytest.mark.slow
 def test_throughput_tiny_reports_every_figure(tmp_path):
     train = _start(
         [
@@ -121,6 +124,7 @@ def test_pipeline_skips_missing_data_path():
     assert figures == ["setup", "peak_rss_mib"]
 
 
+@pytest.mark.slow
 def test_bad_what_is_a_one_line_error():
     proc = run([SCRIPT, *TINY, "--what=train,bogus"], timeout=300)
     assert proc.returncode == 2
@@ -142,6 +146,7 @@ def test_decode_modes_selects_the_cached_decoders():
                        "decode_greedy_nocache_tokens_per_s_8", "peak_rss_mib"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_profile_step_attributes_the_step_to_ops(tmp_path):
     args = [a for a in TINY if a not in ("--json", "--steps=2")]
     proc = run(["benchmarks/profile_step.py", *args, "--steps=1", "--top=5", "--json",
@@ -155,6 +160,7 @@ def test_profile_step_attributes_the_step_to_ops(tmp_path):
     assert ops == sorted(ops, key=lambda r: -r["value"])
 
 
+@pytest.mark.slow
 def test_profile_step_profiles_a_decoding_call(tmp_path):
     args = [a for a in TINY if a not in ("--steps=2",)]  # keeps --json
     proc = run(["benchmarks/profile_step.py", *args, "--what=sample", "--decode_len=5",

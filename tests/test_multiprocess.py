@@ -36,7 +36,11 @@ MP_RUN = dict(
     train__eval_every=1000,  # evaluates only at the last step
     train__eval_bleu_sentences=0,
 )
-TWO_CPU_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+# Added to the suite's XLA_FLAGS (conftest): every process compiles the same way, so the
+# bitwise comparisons compare layouts, not compiler settings.
+TWO_CPU_DEVICES = {
+    "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"
+}
 TIMEOUT = 420  # seconds per process on a loaded 2-core machine
 
 

@@ -114,39 +114,34 @@ class Checkpointer:
             data=ocp.args.JsonRestore(),
             meta=ocp.args.JsonRestore(),
         )
-        # Shapes are compared from the metadata first: a restore that fails on them leaves
-        # Orbax's asyncio reads failing in the background, which print tracebacks at exit.
-        what = _shape_differences(os.path.join(self.directory, str(step), "state"), abstract_state)
-        if not what:
-            try:
-                restored = self.manager.restore(step, args=args)
-                return restored.state, restored.data, restored.meta
-            except (ValueError, KeyError) as e:
-                what = _first_line(e)
-        self.close()
-        raise UserError(
-            f"checkpoint {self.directory}/{step} does not match the model config ({what}); "
-            "use the config the run was trained with"
-        )
+        restored = self._restore_checked(step, abstract_state, args)
+        return restored.state, restored.data, restored.meta
 
     def restore_params(self, step: int, abstract_params: Any) -> tuple[Any, dict]:
         """Restores only the parameters at `step` (and the run metadata): a partial restore
         that never reads the optimizer state, about twice the parameters' size under Adam.
         Returns (params, meta)."""
         target = {"params": _with_default_sharding(abstract_params)}
-        what = _shape_differences(os.path.join(self.directory, str(step), "state"), target)
+        args = ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(
+                item=target,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                partial_restore=True,
+            ),
+            meta=ocp.args.JsonRestore(),
+        )
+        restored = self._restore_checked(step, target, args)
+        return restored.state["params"], restored.meta
+
+    def _restore_checked(self, step: int, abstract_state: Any, args):
+        """manager.restore(step, args) after comparing abstract_state's parameter shapes with
+        the checkpoint's; any mismatch is one UserError naming the parameters."""
+        # Shapes are compared from the metadata first: a restore that fails on them leaves
+        # Orbax's asyncio reads failing in the background, which print tracebacks at exit.
+        what = _shape_differences(os.path.join(self.directory, str(step), "state"), abstract_state)
         if not what:
-            args = ocp.args.Composite(
-                state=ocp.args.PyTreeRestore(
-                    item=target,
-                    restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-                    partial_restore=True,
-                ),
-                meta=ocp.args.JsonRestore(),
-            )
             try:
-                restored = self.manager.restore(step, args=args)
-                return restored.state["params"], restored.meta
+                return self.manager.restore(step, args=args)
             except (ValueError, KeyError) as e:
                 what = _first_line(e)
         self.close()

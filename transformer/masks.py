@@ -42,9 +42,7 @@ def causal_mask(tq: int, tk: int) -> jax.Array:
     return (jnp.arange(tk)[None, :] <= jnp.arange(tq)[:, None])[None, None]
 
 
-def shift_right(
-    targets: jax.Array, segments: jax.Array | None, bos_id: int = BOS_ID
-) -> jax.Array:
+def shift_right(targets: jax.Array, segments: jax.Array | None, bos_id: int = BOS_ID) -> jax.Array:
     """Decoder inputs from targets [B, T]: BOS then the targets shifted right by one,
     restarting at every segment of a packed row (no token leaks across sentences)."""
     shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=PAD_ID)[:, :-1]

@@ -5,13 +5,14 @@ Usage::
     python -m transformer.report [--runs DIR ...] [--readme README.md --section Results]
                                  [--out FILE]
 
-Each ``DIR`` is a run directory (with ``eval/*.json`` written by ``transformer.eval``) or
-a directory of such runs (default: ``runs``). The report is a table (run, direction,
-split, BLEU, chrF, step, decoding, speed, train time, machine), the sacreBLEU
-signature(s) and the commands that produced the numbers. It goes to ``--out``, into the
-README between ``<!-- report:<section>:start -->`` and ``<!-- report:<section>:end -->``
-with ``--readme``, or to stdout when neither is given. The output is deterministic, so
-rerunning on unchanged results leaves the README byte-identical.
+Each ``DIR`` is a run directory (with ``eval/*.json`` written by eval.py, that is
+``transformer.evaluate``) or a directory of such runs (default: ``runs``). The report is a
+table (run, direction, split, BLEU, chrF, step, decoding, speed, train time, machine), the
+sacreBLEU signature(s) and the commands that produced the numbers. It goes to ``--out``,
+into the README between ``<!-- report:<section>:start -->`` and
+``<!-- report:<section>:end -->`` with ``--readme``, or to stdout when neither is given.
+The output is deterministic, so rerunning on unchanged results leaves the README
+byte-identical.
 """
 
 from __future__ import annotations

@@ -123,7 +123,8 @@ def make_train_step(graphdef, optimizer, schedule, train_config, *, axis_name: s
 
 
 def make_eval_step(graphdef, *, axis_name: str | None = None):
-    """Builds eval_step(params, batch) -> sums {'loss_sum' (plain NLL), 'tokens'}."""
+    """Builds eval_step(params, batch) -> sums {'nll_sum' (plain NLL, no label smoothing),
+    'tokens' (real target tokens)}."""
 
     def eval_step(params, batch):
         _, (nll, count) = loss_sums(

@@ -1,11 +1,16 @@
 """Run with 4 fake CPU devices: mesh, mesh+FSDP, pmap and gradient accumulation must give
-the losses and parameters of one device. Prints one JSON line of the max differences."""
+the losses and parameters of one device. Prints one JSON line of the max differences.
+
+    python tests/scripts/parallel_equivalence.py [LAYOUT,...]   (default: all of LAYOUTS)
+"""
 
 import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=4"]
+)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
@@ -65,13 +70,18 @@ def run(kind, fsdp, accum):
     return losses, parallel.logical_state(state).params
 
 
+# name: (parallelism, fsdp, grad_accum_steps)
+LAYOUTS = {"mesh": ("mesh", 1, 1), "mesh_fsdp2": ("mesh", 2, 1), "pmap": ("pmap", 1, 1),
+           "mesh_accum2": ("mesh", 1, 2)}  # fmt: skip
+
+
 def main():
     assert jax.device_count() == 4
+    names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(LAYOUTS)
     ref_losses, ref_params = run("single", 1, 1)
     result = {}
-    for name, args in {"mesh": ("mesh", 1, 1), "mesh_fsdp2": ("mesh", 2, 1),
-                       "pmap": ("pmap", 1, 1), "mesh_accum2": ("mesh", 1, 2)}.items():  # fmt: skip
-        losses, params = run(*args)
+    for name in names:
+        losses, params = run(*LAYOUTS[name])
         diffs = jax.tree.map(lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))),
                              params, ref_params)  # fmt: skip
         result[name] = {
