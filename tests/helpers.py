@@ -11,6 +11,15 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def tiny_model_config(**overrides):
+    """A 1+1-layer, d_model 16 ModelConfig for in-process model tests; overrides win."""
+    from transformer import ModelConfig
+
+    values = dict(vocab_size=40, d_model=16, num_heads=4, num_encoder_layers=1,
+                  num_decoder_layers=1, d_ff=32, max_len=16, dropout_rate=0.0)  # fmt: skip
+    return ModelConfig(**{**values, **overrides})
+
+
 def tiny_config(**train_overrides):
     """configs/default.py shrunk to seconds: a 2-layer model on a small synthetic corpus."""
     from configs.default import get_config

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.helpers import fast_subset
+from tests.helpers import fast_subset, tiny_model_config
 from transformer import ModelConfig, Transformer, count_params, param_shapes
 from transformer.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
 from transformer.position import sinusoidal_table
@@ -21,19 +21,7 @@ from transformer.position import sinusoidal_table
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def tiny(**overrides) -> ModelConfig:
-    values = dict(
-        vocab_size=40,
-        d_model=16,
-        num_heads=4,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        d_ff=32,
-        max_len=16,
-        dropout_rate=0.0,
-    )
-    values.update(overrides)
-    return ModelConfig(**values)
+tiny = tiny_model_config
 
 
 SRC = jnp.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], jnp.int32)

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.helpers import fast_subset
+from tests.helpers import fast_subset, tiny_model_config
 from transformer import ModelConfig, Transformer, masks, steps
 from transformer.attention import Attention
 from transformer.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
@@ -50,18 +50,7 @@ BOS = BOS_ID
 
 
 def tiny(**overrides) -> ModelConfig:
-    values = dict(
-        vocab_size=VOCAB,
-        d_model=16,
-        num_heads=4,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        d_ff=32,
-        max_len=16,
-        dropout_rate=0.0,
-    )
-    values.update(overrides)
-    return ModelConfig(**values)
+    return tiny_model_config(**{"vocab_size": VOCAB, **overrides})
 
 
 def assign_named_params(module: nnx.Module) -> nnx.Module:

@@ -29,6 +29,7 @@ import optax
 import pytest
 from flax import nnx
 
+from tests import helpers
 from tests.helpers import run, tiny_args, tiny_config
 from transformer import ModelConfig, Transformer
 from transformer import steps as steps_lib
@@ -41,10 +42,7 @@ BOS = BOS_ID
 
 
 def tiny_model_config(**overrides) -> ModelConfig:
-    values = dict(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
-                  num_decoder_layers=1, max_len=32, dropout_rate=0.0)  # fmt: skip
-    values.update(overrides)
-    return ModelConfig(**values)
+    return helpers.tiny_model_config(**{"num_heads": 2, "max_len": 32, **overrides})
 
 
 def abstract_model(cfg: ModelConfig):
