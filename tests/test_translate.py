@@ -170,6 +170,7 @@ def test_eval_bleu_equals_sacrebleu_cli(trained_run):
     proc = run(args, check=True)
     assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a" in proc.stdout
     assert "does not exist" not in proc.stderr  # no alarming (harmless) Orbax warning
+    assert "Using custom data configuration" not in proc.stderr  # TFDS's routine notice
     record = json.load(open(os.path.join(trained_run, "eval", "valid.json")))
     assert record["averaged_steps"] == [40, 60] and record["decode"]["strategy"] == "beam"
     for key in ("bleu", "chrf", "signature", "step", "decode", "sentences_per_s"):
@@ -218,6 +219,14 @@ def test_decode_cli_samples_do_not_depend_on_batch_size(trained_run, tmp_path):
         outputs[batch_size] = out.read_bytes()
     assert len(set(outputs.values())) == 1, outputs
     assert len(outputs[1].decode().splitlines()) == 3 * len(lines)
+
+
+def test_decode_cli_shows_no_routine_library_notices(trained_run, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("The dog sleeps.\n", encoding="utf-8")
+    proc = run(["decode.py", "--workdir", trained_run, "--input", str(src),
+                "--config.decode.strategy=greedy"], check=True)  # fmt: skip
+    assert proc.stderr.strip() == "translated 1 lines", proc.stderr  # nothing but our line
 
 
 def test_restore_reads_parameters_only(trained_run, monkeypatch):

@@ -601,6 +601,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="BLEU change for the N most important heads (-1: all)")  # fmt: skip
     parser.add_argument("--mask_heads", default=None, help="e.g. 'encoder:0:1,cross:1:3'")
     args = parser.parse_args(argv)
+    from transformer.cli import demote_routine_notices
+
+    demote_routine_notices()
     try:
         analyze(args)
     except UserError as e:

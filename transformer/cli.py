@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging as py_logging
 import os
 import sys
 
@@ -74,6 +75,30 @@ def config_override_args(argv) -> list[str]:
     return [a[len("--config.") :] for a in argv[1:] if a.startswith("--config.")]
 
 
+# Warnings that libraries log on every normal run, about choices this project makes on
+# purpose: TFDS on each local-text dataset config, Orbax on each read-only checkpoint open
+# (eval.py, decode.py). They are shown at INFO verbosity (-v 0) only; every other warning is.
+ROUTINE_NOTICES = (
+    "Using custom data configuration",  # tensorflow_datasets, our parallel_text builder
+    "CheckpointManagerOptions.read_only=True",  # orbax, restoring for eval/decode
+    "Given directory is read only",  # orbax, the same
+)
+
+
+class _RoutineNoticeFilter(py_logging.Filter):
+    def filter(self, record: py_logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(ROUTINE_NOTICES):
+            return True
+        return py_logging.getLogger("absl").isEnabledFor(py_logging.INFO)
+
+
+def demote_routine_notices() -> None:
+    """Shows ROUTINE_NOTICES only at INFO verbosity (idempotent)."""
+    absl_logger = py_logging.getLogger("absl")
+    if not any(isinstance(f, _RoutineNoticeFilter) for f in absl_logger.filters):
+        absl_logger.addFilter(_RoutineNoticeFilter())
+
+
 def run_cli(main, *, config_overrides: bool = False) -> None:
     """absl's app.run with user errors as one line `error: ...` and exit status 2.
 
@@ -84,6 +109,7 @@ def run_cli(main, *, config_overrides: bool = False) -> None:
     def wrapped(argv):
         if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
             logging.set_verbosity(logging.WARNING)  # Orbax/TFDS info chatter off by default
+        demote_routine_notices()
         with exit_on_user_error():
             main(argv)
 
