@@ -33,6 +33,7 @@ from tests import helpers
 from tests.helpers import run, tiny_args, tiny_config
 from transformer import ModelConfig, Transformer
 from transformer import steps as steps_lib
+from transformer.checkpoint import _leaf_name
 from transformer.flops import forward_flops
 from transformer.masks import shift_right
 from transformer.optim import SCHEDULES, learning_rate_schedule, make_optimizer
@@ -56,24 +57,9 @@ def random_params(shapes, seed: int, std: float = 0.3):
     return jax.tree.map(lambda x: jnp.asarray(rng.normal(0.0, std, x.shape), x.dtype), shapes)
 
 
-# Skipping LLVM's optimisations halves the compile time of these tiny programs. XLA's HLO
-# passes still run, so results and cost_analysis() FLOPs are the same (checked: identical).
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
-
-
-def jit(fn):
-    return jax.jit(fn, compiler_options=FAST_COMPILE)
-
-
 def leaf_name(path) -> str:
     """'decoder_layers.0.ffn.wi.kernel' for an nnx.State, a pure dict or an Orbax tree."""
-    parts = []
-    for key in path:
-        for attr in ("key", "idx", "name"):
-            if hasattr(key, attr):
-                parts.append(str(getattr(key, attr)))
-                break
-    return ".".join(p for p in parts if p != "value")
+    return ".".join(p for p in _leaf_name(path).split(".") if p != "value")
 
 
 def flat(tree) -> dict[str, np.ndarray]:
@@ -205,7 +191,7 @@ def test_weight_decay_moves_exactly_matrices_by_lr_times_wd():
                         train__learning_rate=lr, train__weight_decay=wd).train  # fmt: skip
     optimizer, _ = make_optimizer(train)
     zeros = jax.tree.map(jnp.zeros_like, params)
-    updates, _ = jit(optimizer.update)(zeros, optimizer.init(params), params)
+    updates, _ = jax.jit(optimizer.update)(zeros, optimizer.init(params), params)
     before, after = flat(params), flat(optax.apply_updates(params, updates))
     kinds = {name: name.split(".")[-1] for name in before}
     assert set(kinds.values()) <= set(DECAYED + NOT_DECAYED), sorted(set(kinds.values()))
@@ -265,7 +251,7 @@ def test_forward_flops_matches_the_program_and_xla(name):
     # program's matmul FLOPs exactly.
     assert claimed == dot_flops(jax.make_jaxpr(forward)(params, src, tgt).jaxpr)
 
-    cost = jit(forward).lower(params, src, tgt).compile().cost_analysis()
+    cost = jax.jit(forward).lower(params, src, tgt).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # older JAX: a list of dicts
     # XLA counts a multiply-add as 2 FLOPs too, plus the elementwise work forward_flops leaves
     # out (softmax, LayerNorm, residual and bias adds, ReLU, masking: ~10-20 FLOPs per
@@ -337,7 +323,7 @@ class ScheduledSamplingModel:
         # The real initialisation plus noise: a model whose argmax varies from position to
         # position and differs from its input (fresh init mostly copies the input token; pure
         # noise predicts one token everywhere), so feeding it unshifted or teacher tokens shows.
-        init = jit(lambda: nnx.state(Transformer(cfg, rngs=nnx.Rngs(5)), nnx.Param))()
+        init = jax.jit(lambda: nnx.state(Transformer(cfg, rngs=nnx.Rngs(5)), nnx.Param))()
         noise = random_params(init, seed=5)
         self.params = jax.tree.map(jnp.add, init, noise)
         self.batch = packed_batch()
@@ -351,9 +337,9 @@ class ScheduledSamplingModel:
             return steps_lib._scheduled_inputs(model, batch, tgt_in, key, rate,
                                                model_kwargs(batch))  # fmt: skip
 
-        self.forward = jit(forward)
-        self.scheduled = jit(scheduled)
-        self.naive_loss_and_grads = jit(
+        self.forward = jax.jit(forward)
+        self.scheduled = jax.jit(scheduled)
+        self.naive_loss_and_grads = jax.jit(
             jax.value_and_grad(lambda p, b, x: naive_mean_nll(graphdef, p, b, x))
         )
 
@@ -372,7 +358,7 @@ class ScheduledSamplingModel:
         recorder = grad_recorder()
         state = steps_lib.TrainState(jnp.zeros((), jnp.int32), self.params,
                                      recorder.init(self.params))  # fmt: skip
-        new_state, metrics = jit(step)(state, self.batch, jax.random.key(0))
+        new_state, metrics = jax.jit(step)(state, self.batch, jax.random.key(0))
         return float(metrics["loss"]), new_state.opt_state
 
 
