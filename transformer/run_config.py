@@ -24,7 +24,8 @@ def _base():
 
 def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     """Rejects unknown sections/keys and invalid values with one-line errors; returns the
-    ModelConfig. Runs before any work starts."""
+    ModelConfig (its vocab_size None while it follows the tokenizer: `resolve_vocab_size`).
+    Runs before any work starts."""
     base = _base()  # its sections and keys are the valid ones
     for section in config:
         if section not in base:

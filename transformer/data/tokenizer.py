@@ -101,7 +101,10 @@ class Tokenizer:
                 f"data.vocab_type={model_type!r} is not one of {', '.join(MODEL_TYPES)}"
             )
         if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_IDS):
-            raise UserError(f"vocab_size={vocab_size!r} must be an integer > 4 (data.vocab_size)")
+            raise UserError(
+                f"vocab_size={vocab_size!r} must be an integer > {len(SPECIAL_IDS)} "
+                "(data.vocab_size)"
+            )
         sentences = _sentence_stream(sentences_or_files, max_sentences)
         seen = [0]
 
