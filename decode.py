@@ -29,7 +29,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     from transformer.decode_stream import decode_stream
-    from transformer.evaluate import restore_run
+    from transformer.evaluation import restore_run
 
     run = restore_run(
         FLAGS.workdir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last,

@@ -34,17 +34,17 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from transformer.evaluate import evaluate
+    from transformer.evaluation import evaluate
 
-    record = evaluate(
+    result = evaluate(
         FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split, src=FLAGS.src,
         ref=FLAGS.ref, average_last=FLAGS.average_last, overrides=config_override_args(argv),
         name=FLAGS.name, longer_than=FLAGS.longer_than,
         command=" ".join(["python", *(shlex.quote(a) for a in sys.argv)]),
     )  # fmt: skip
-    scores = record["_scores"]
-    print(scores.bleu_line())
-    print(scores.chrf_line())
+    record = result.record
+    print(result.scores.bleu_line())
+    print(result.scores.chrf_line())
     if "longer" in record:
         longer = record["longer"]
         head = f"sources over {longer['source_tokens_over']} tokens: {longer['sentences']}"
@@ -55,8 +55,7 @@ def main(argv):
     print(
         f"{record['sentences']} sentences, step {record['step']}"
         + (f" (average of {record['averaged_steps']})" if len(record["averaged_steps"]) > 1 else "")
-        + f", {record['sentences_per_s']:.1f} sentences/s; wrote "
-        + f"{FLAGS.workdir}/eval/{record['name']}.json",
+        + f", {record['sentences_per_s']:.1f} sentences/s; wrote {result.path}",
         file=sys.stderr,
     )
 

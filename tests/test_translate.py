@@ -229,12 +229,27 @@ def test_decode_cli_shows_no_routine_library_notices(trained_run, tmp_path):
     assert proc.stderr.strip() == "translated 1 lines", proc.stderr  # nothing but our line
 
 
+def test_evaluate_returns_the_record_it_wrote_and_the_scores(trained_run):
+    import transformer.evaluation  # noqa: F401 - the module must not shadow the function
+    from transformer import Evaluation, evaluate
+
+    result = evaluate(trained_run, split="valid", name="in_process",
+                      overrides=["decode.strategy=greedy"])  # fmt: skip
+    assert isinstance(result, Evaluation)
+    assert result.path == os.path.join(trained_run, "eval", "in_process.json")
+    assert json.load(open(result.path)) == result.record
+    assert (
+        result.record["bleu"] == result.scores.bleu
+        and result.record["decode"]["strategy"] == "greedy"
+    )
+
+
 def test_restore_reads_parameters_only(trained_run, monkeypatch):
     # eval.py/decode.py need the parameters alone: the Adam moments (2x their size) must
     # never be read, for one checkpoint or an average.
     import orbax.checkpoint as ocp
 
-    from transformer.evaluate import restore_run
+    from transformer.evaluation import restore_run
 
     read = []
     deserialize = ocp.type_handlers.ArrayHandler.deserialize

@@ -16,8 +16,9 @@ _EXPORTS = {
     "Translator": "transformer.translate",
     "DecodeSettings": "transformer.translate",
     "train_and_evaluate": "transformer.trainer",
-    "evaluate": "transformer.evaluate",
-    "restore_run": "transformer.evaluate",
+    "evaluate": "transformer.evaluation",
+    "Evaluation": "transformer.evaluation",
+    "restore_run": "transformer.evaluation",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -434,7 +434,7 @@ def _bleu(translator, params, sources, references, masked, cfg) -> float:
 
 def analyze(args) -> dict:
     from transformer.data import encode_sources
-    from transformer.evaluate import restore_run
+    from transformer.evaluation import restore_run
 
     start = time.time()
     run = restore_run(args.workdir, checkpoint=args.checkpoint)

@@ -6,7 +6,7 @@ Usage::
                                  [--out FILE]
 
 Each ``DIR`` is a run directory (with ``eval/*.json`` written by eval.py, that is
-``transformer.evaluate``) or a directory of such runs (default: ``runs``). The report is a
+``transformer.evaluation``) or a directory of such runs (default: ``runs``). The report is a
 table (run, direction, split, BLEU, chrF, step, decoding, speed, train time, machine), the
 sacreBLEU signature(s) and the commands that produced the numbers. It goes to ``--out``,
 into the README between ``<!-- report:<section>:start -->`` and

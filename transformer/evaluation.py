@@ -94,6 +94,16 @@ def _average_params(checkpoints: Checkpointer, steps: list[int], abstract_params
     return jax.tree.map(lambda x: (x / len(steps)).astype(np.float32), total), metas
 
 
+@dataclasses.dataclass
+class Evaluation:
+    """What `evaluate` produced: the JSON record it wrote to `path`, and sacreBLEU's scores
+    (with their signatures) for printing."""
+
+    record: dict
+    scores: metrics_lib.Scores
+    path: str
+
+
 def evaluate(
     workdir: str,
     *,
@@ -107,9 +117,9 @@ def evaluate(
     run: RestoredRun | None = None,
     longer_than: int | str | None = None,
     command: str | None = None,
-) -> dict:
+) -> Evaluation:
     """Translates a split (or --src against --ref), scores it with sacreBLEU and chrF, and
-    writes eval/<name>.{json,src.txt,hyp.txt,ref.txt}. Returns the JSON record.
+    writes eval/<name>.{json,src.txt,hyp.txt,ref.txt}.
 
     longer_than: also score the sentences whose source has more than this many tokens (the
     run's tokenizer, EOS included, as data.max_source_len counts them), or 'train' for the
@@ -178,9 +188,9 @@ def evaluate(
             f"warning: {translations.num_truncated} input(s) longer than model.max_len="
             f"{run.model_cfg.max_len} tokens were truncated",
         )
-    atomic_write(os.path.join(out_dir, f"{name}.json"), json.dumps(record, indent=2))
-    record["_scores"] = scores
-    return record
+    path = os.path.join(out_dir, f"{name}.json")
+    atomic_write(path, json.dumps(record, indent=2))
+    return Evaluation(record, scores, path)
 
 
 def _score_longer(run, sources, hypotheses, references, longer_than) -> dict:
