@@ -483,7 +483,7 @@ def packed_and_alone_batch():
     return make_batch([SENTENCES] + [[pair] for pair in SENTENCES])
 
 
-PACKING_FAST = [("sinusoidal", "pre"), ("rope", "post"), ("relative", "post")]
+PACKING_FAST = [("rope", "pre"), ("relative", "post")]
 
 
 @pytest.mark.parametrize(
