@@ -11,36 +11,7 @@ With n_best > 1 (beam) or num_samples > 1 (sample) each input gives that many li
 tab-separated as `index<TAB>score<TAB>text`.
 """
 
-from __future__ import annotations
-
-import sys
-
-from absl import flags
-
-from transformer.cli import config_override_args, run_cli
-
-flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
-flags.DEFINE_string("checkpoint", "latest", "latest, best (by validation BLEU) or a step.")
-flags.DEFINE_string("input", "-", "Input file, one sentence per line; - = stdin.")
-flags.DEFINE_string("output", "-", "Output file; - = stdout.")
-flags.DEFINE_integer("average_last", 1, "Average the parameters of the last N checkpoints.")
-FLAGS = flags.FLAGS
-
-
-def main(argv):
-    from transformer.decode_stream import decode_stream
-    from transformer.evaluation import restore_run
-
-    run = restore_run(
-        FLAGS.workdir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last,
-        overrides=config_override_args(argv),
-    )  # fmt: skip
-    stats = decode_stream(run, FLAGS.input, FLAGS.output)
-    message = f"translated {stats['lines']} lines"
-    if stats["truncated"]:
-        message += f"; {stats['truncated']} longer than model.max_len were truncated"
-    print(message, file=sys.stderr)
-
+from transformer.cli.decode import main
 
 if __name__ == "__main__":
-    run_cli(main, config_overrides=True)
+    main()

@@ -8,32 +8,7 @@ Rerunning with the same --workdir resumes from its latest checkpoint. Multi-host
 from the cluster environment (Slurm, TPU pods).
 """
 
-from __future__ import annotations
-
-import sys
-
-from absl import flags
-from ml_collections import config_flags
-
-from transformer.cli import distributed_flags, initialize_distributed, load_config_flag, run_cli
-
-config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
-flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and the vocabulary.")
-distributed_flags()
-FLAGS = flags.FLAGS
-
-
-def main(argv):
-    del argv
-    config = load_config_flag()
-    initialize_distributed(FLAGS)
-    from transformer.trainer import train_and_evaluate
-
-    result = train_and_evaluate(config, FLAGS.workdir)
-    status = "stopped by signal" if result.stopped_by_signal else "done"
-    print(f"{status} at step {result.step}; workdir {FLAGS.workdir}", file=sys.stderr)
-
+from transformer.cli.train import main
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["config", "workdir"])
-    run_cli(main)
+    main()

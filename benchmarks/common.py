@@ -13,7 +13,7 @@
   emit exactly `length` tokens (EOS forbidden before the last position, forced at it), so a
   random model does fixed work per call.
 
-Nothing here imports JAX or PyTorch (`transformer.special_ids` is a plain module).
+Nothing here imports JAX or PyTorch (`transformer.common.special_ids` is a plain module).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from transformer.special_ids import FIRST_WORD_ID  # random benchmark tokens avoid the specials
+from transformer.common.special_ids import (
+    FIRST_WORD_ID,  # random benchmark tokens avoid the specials
+)
 
 __all__ = [
     "DECODE_MODES",

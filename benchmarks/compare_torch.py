@@ -45,7 +45,7 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import emit, median_time, peak_rss_mib
 
-from transformer.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID  # noqa: E402
+from transformer.common.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID  # noqa: E402
 
 IMPL = "torch-marian"
 

@@ -37,8 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from transformer.cli import run_cli  # noqa: E402
-from transformer.errors import UserError  # noqa: E402
+from transformer.cli.app import run_cli  # noqa: E402
+from transformer.common.errors import UserError  # noqa: E402
 
 try:  # run as `python benchmarks/profile_step.py` (script dir on sys.path) or as a module
     from benchmarks import common
@@ -65,10 +65,10 @@ def build_step(config):
     import numpy as np
     from flax import nnx
 
-    from transformer import run_config
-    from transformer.model import Transformer
-    from transformer.optim import make_optimizer
-    from transformer.steps import init_state, make_train_step
+    from transformer.model.transformer import Transformer
+    from transformer.training import run_config
+    from transformer.training.optim import make_optimizer
+    from transformer.training.steps import init_state, make_train_step
 
     model_cfg = run_config.validate(config)
     optimizer, schedule = make_optimizer(config.train)
@@ -97,10 +97,10 @@ def build_decode(config, mode: str, length: int):
     import jax.numpy as jnp
     from flax import nnx
 
-    from transformer import run_config
     from transformer.data import EOS_ID
-    from transformer.model import Transformer
-    from transformer.translate import DecodeSettings, Translator
+    from transformer.inference.translator import DecodeSettings, Translator
+    from transformer.model.transformer import Transformer
+    from transformer.training import run_config
 
     model_cfg = run_config.validate(config)
     if length < 1 or length > model_cfg.max_len:

@@ -160,7 +160,7 @@ def _need(target: float, kind: str, ratio) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from transformer.errors import UserError, exit_on_user_error
+    from transformer.common.errors import UserError, exit_on_user_error
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="JSON-lines outputs of the benchmark scripts")
@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError(f"no benchmark figures in {', '.join(args.files)}")
         table = render(figures)
         if args.readme:
-            from transformer.report import update_readme
+            from transformer.research.report import update_readme
 
             changed = update_readme(args.readme, args.section, table)
             print(f"{args.readme}: section {args.section} {'updated' if changed else 'unchanged'}")

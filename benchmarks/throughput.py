@@ -17,7 +17,7 @@ no padding. 1 warm-up step, then --steps (>= 8) timed steps.
   train_tokens_per_s   source + target tokens per step / median step time
   train_step_s         median step time
   compile_s            lowering + XLA compilation of the step
-  train_step_flops     transformer.flops.train_step_flops: 3 x the analytic forward FLOPs (matmul
+  train_step_flops     model.flops.train_step_flops: 3 x the analytic forward FLOPs (matmul
                        multiply-adds count 2: Q/K/V/O projections, attention scores and weighted
                        sums over all keys, FFN, output projection; norms/softmax/embedding ignored)
   matmul_peak_gflops   jitted jnp.dot of square matrices in the compute dtype, sizes
@@ -87,8 +87,8 @@ if str(ROOT) not in sys.path:  # run as a script: make `transformer` and `config
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from transformer.cli import load_config_flag, run_cli  # noqa: E402
-from transformer.errors import UserError  # noqa: E402
+from transformer.cli.app import load_config_flag, run_cli  # noqa: E402
+from transformer.common.errors import UserError  # noqa: E402
 
 try:  # run as `python benchmarks/throughput.py` (script dir on sys.path) or as a module
     from benchmarks import common
@@ -179,9 +179,9 @@ class Bench:
         """(graphdef, train state, optimizer, schedule) of the random-init model."""
         from flax import nnx
 
-        from transformer.model import Transformer
-        from transformer.optim import make_optimizer
-        from transformer.steps import init_state
+        from transformer.model.transformer import Transformer
+        from transformer.training.optim import make_optimizer
+        from transformer.training.steps import init_state
 
         optimizer, schedule = make_optimizer(self.config.train)
         model = Transformer(self.model_cfg, rngs=nnx.Rngs(params=FLAGS.seed))
@@ -194,8 +194,8 @@ class Bench:
         if not hasattr(self, "_parallel"):
             import jax
 
-            from transformer.parallel import Parallel
-            from transformer.steps import make_train_step
+            from transformer.training.parallel import Parallel
+            from transformer.training.steps import make_train_step
 
             t = self.config.train
             self._parallel = Parallel("mesh", int(t.fsdp))
@@ -249,7 +249,7 @@ class Bench:
         import jax
         import numpy as np
 
-        from transformer.flops import train_step_flops
+        from transformer.model.flops import train_step_flops
 
         d, t = self.config.data, self.config.train
         rows, s_len, t_len = int(t.batch_size), int(d.max_source_len), int(d.max_target_len)
@@ -280,7 +280,7 @@ class Bench:
         self.emit("train_tokens_per_s", tokens / step_s, "tokens/s", **extra)
         self.emit("train_step_s", step_s, "s", **extra)
         self.emit("compile_s", compile_s, "s", what="train step", cached=compile_s == 0)
-        self.emit("train_step_flops", flops, "FLOP", formula="3 x transformer.flops.forward")
+        self.emit("train_step_flops", flops, "FLOP", formula="3 x transformer.model.flops.forward")
         self.emit("matmul_peak_gflops", peak_gflops, "GFLOP/s", size=peak_n)
         achieved = flops / step_s
         self.emit("mfu", achieved / peak, "fraction", achieved_gflops=round(achieved / 1e9, 2),
@@ -292,8 +292,8 @@ class Bench:
         import ml_collections
         import numpy as np
 
-        from transformer import run_config
         from transformer.data import make_datasets
+        from transformer.training import run_config
 
         d = self.config.data
         if d.name == "parallel_text" and not os.path.isdir(d.path):
@@ -389,7 +389,7 @@ class Bench:
         import numpy as np
 
         from transformer.data import EOS_ID
-        from transformer.translate import DecodeSettings, Translator
+        from transformer.inference.translator import DecodeSettings, Translator
 
         lengths = _ints(FLAGS.decode_lengths, "decode_lengths")
         if FLAGS.nocache_lengths is None:
@@ -493,7 +493,7 @@ def nocache_greedy(
 ):
     """Greedy decoding without a KV cache: every step re-runs the whole decoder (teacher
     forcing) over the prefix so far and keeps the last position's logits. Same length rules
-    as `transformer.decoding.greedy` with every row limited to `max_len_b` (default n) tokens;
+    as `inference.search.greedy` with every row limited to `max_len_b` (default n) tokens;
     rows are not stopped at EOS (fixed work; the benchmark forces EOS to the last position).
     Returns int32 [B, n] output tokens (no BOS)."""
     import jax
@@ -558,7 +558,7 @@ def _setup_info(model_cfg) -> dict:
     import jax
     import jaxlib
 
-    from transformer.model import param_shapes
+    from transformer.model.transformer import param_shapes
 
     n_params = sum(int(math.prod(x.shape)) for x in jax.tree.leaves(param_shapes(model_cfg)))
     device = jax.devices()[0]
@@ -577,7 +577,7 @@ def _setup_info(model_cfg) -> dict:
 
 def main(argv):
     del argv
-    from transformer import run_config
+    from transformer.training import run_config
 
     config = load_config_flag()
     model_cfg = run_config.validate(config)

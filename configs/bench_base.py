@@ -16,7 +16,7 @@ Run time:  about 30-40 minutes on 2 CPU cores without the no-cache 256-token dec
            a GPU.
 """
 
-from configs.base import get_base_config
+from transformer import get_base_config
 
 
 def get_config():

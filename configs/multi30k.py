@@ -21,7 +21,7 @@ averaging the last five checkpoints gave nothing over the last one (the cosine s
 already annealed them to the same point).
 """
 
-from configs.base import get_base_config
+from transformer import get_base_config
 
 
 def get_config():

@@ -6,7 +6,7 @@ Expected:  ~27 sacreBLEU on newstest2014 en->de after ~100k steps on accelerator
 Run time:  about 12 hours on 8 GPUs; not practical on a 2-core CPU.
 """
 
-from configs.base import get_base_config
+from transformer import get_base_config
 
 
 def get_config():

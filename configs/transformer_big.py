@@ -6,11 +6,13 @@ Expected:  ~28.4 tokenized BLEU on newstest2014 en->de (the paper), on accelerat
 Run time:  about 3.5 days on 8 P100 GPUs in the paper; not practical on a 2-core CPU.
 """
 
-from configs.transformer_base import get_config as get_base
+from pathlib import Path
+
+from transformer import load_config_file
 
 
 def get_config():
-    config = get_base()
+    config = load_config_file(Path(__file__).with_name("transformer_base.py"))
     config.model.d_model = 1024
     config.model.num_heads = 16
     config.model.d_ff = 4096

@@ -18,11 +18,13 @@ checkpoints (one every 1,000 steps). With fewer than 8 devices keep the global b
 --config.train.grad_accum_steps.
 """
 
-from configs.transformer_base import get_config as get_transformer_base
+from pathlib import Path
+
+from transformer import load_config_file
 
 
 def get_config():
-    config = get_transformer_base()
+    config = load_config_file(Path(__file__).with_name("transformer_base.py"))
     m = config.model
     m.max_len = 256
     m.dtype = "bfloat16"  # compute dtype on accelerators; parameters stay float32

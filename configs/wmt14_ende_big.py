@@ -13,11 +13,13 @@ learning rate that the inverse-square-root schedule gives at d_model 1024, 300k 
 averaging of the last twenty checkpoints.
 """
 
-from configs.wmt14_ende_base import get_config as get_wmt14_base
+from pathlib import Path
+
+from transformer import load_config_file
 
 
 def get_config():
-    config = get_wmt14_base()
+    config = load_config_file(Path(__file__).with_name("wmt14_ende_base.py"))
     m = config.model
     m.d_model, m.num_heads, m.d_ff = 1024, 16, 4096
     m.dropout_rate = 0.3

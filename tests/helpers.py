@@ -11,6 +11,13 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def recipe(name: str):
+    """The ConfigDict of configs/<name>.py, loaded by path as train.py --config loads it."""
+    from transformer import load_config_file
+
+    return load_config_file(os.path.join(ROOT, "configs", f"{name}.py"))
+
+
 def tiny_model_config(**overrides):
     """A 1+1-layer, d_model 16 ModelConfig for in-process model tests; overrides win."""
     from transformer import ModelConfig
@@ -22,9 +29,7 @@ def tiny_model_config(**overrides):
 
 def tiny_config(**train_overrides):
     """configs/default.py shrunk to seconds: a 2-layer model on a small synthetic corpus."""
-    from configs.default import get_config
-
-    config = get_config()
+    config = recipe("default")
     m = config.model
     m.d_model, m.num_heads, m.d_ff = 32, 4, 64
     m.num_encoder_layers = m.num_decoder_layers = 1
@@ -51,9 +56,7 @@ def tiny_config(**train_overrides):
 def tiny_args(**overrides) -> list[str]:
     """tiny_config(**overrides) as the `--config.section.field=value` flags that turn
     configs/default.py into it (only the fields that differ)."""
-    from configs.default import get_config
-
-    default, config = get_config(), tiny_config(**overrides)
+    default, config = recipe("default"), tiny_config(**overrides)
     args = []
     for section in config.keys():
         for field in config[section].keys():

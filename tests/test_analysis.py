@@ -10,8 +10,9 @@ from flax import nnx
 
 from tests.helpers import tiny_config
 from transformer import ModelConfig, Transformer
-from transformer import analysis as an
-from transformer.errors import UserError
+from transformer.cli import analyze as analyze_cli
+from transformer.common.errors import UserError
+from transformer.research import analysis as an
 
 
 def _model(**kw):
@@ -104,7 +105,7 @@ def test_parse_mask_spec_rejects_bad_items():
 
 @pytest.mark.slow
 def test_analysis_cli_writes_heatmaps_statistics_and_report(tmp_path):
-    from transformer.trainer import train_and_evaluate
+    from transformer.training.loop import train_and_evaluate
 
     workdir = str(tmp_path / "run")
     config = tiny_config(train__num_steps=10, train__log_every=5, train__eval_every=10,
@@ -114,7 +115,7 @@ def test_analysis_cli_writes_heatmaps_statistics_and_report(tmp_path):
     inputs = tmp_path / "in.txt"
     inputs.write_text("the cat sees the dog .\n")
     out = str(tmp_path / "analysis")
-    rc = an.main(["--workdir", workdir, "--out", out, "--input", str(inputs),
+    rc = analyze_cli.main(["--workdir", workdir, "--out", out, "--input", str(inputs),
                   "--num_sentences", "12", "--batch_size", "12", "--bleu_sentences", "6",
                   "--bleu_heads", "2", "--mask_heads", "encoder:0:1,cross:0:3"])  # fmt: skip
     assert rc == 0

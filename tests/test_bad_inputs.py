@@ -16,7 +16,7 @@ from tests.helpers import fast_subset, run, tiny_args, tiny_config
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tiny run with checkpoints at steps 10 and 20, and its config file for train.py."""
-    from transformer.trainer import train_and_evaluate
+    from transformer.training.loop import train_and_evaluate
 
     root = tmp_path_factory.mktemp("bad_inputs")
     workdir = str(root / "run")

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from configs.base import get_base_config
 from transformer import DecodeSettings, ModelConfig
+from transformer.training.base_config import get_base_config
 
 
 @pytest.mark.parametrize("section,cls", [("model", ModelConfig), ("decode", DecodeSettings)])
@@ -26,8 +26,8 @@ def test_dataclass_defaults_build_and_validate():
 
 
 def test_unknown_section_is_named_with_the_valid_ones():
-    from transformer import run_config
-    from transformer.errors import UserError
+    from transformer.common.errors import UserError
+    from transformer.training import run_config
 
     config = get_base_config()
     config.extra = {"x": 1}

@@ -2,9 +2,9 @@
 
 import pytest
 
-from configs.base import get_base_config
+from transformer.common.errors import UserError
 from transformer.data import load_split
-from transformer.errors import UserError
+from transformer.training.base_config import get_base_config
 
 
 def cfg_for(path):

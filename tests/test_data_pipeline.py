@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from configs.base import get_base_config
+from transformer.common.errors import UserError
 from transformer.data import BATCH_KEYS, EOS_ID, load_split, make_datasets
 from transformer.data import sources as sources_lib
 from transformer.data.pipeline import PACK_MAX_WAIT, BatchLayout, _Planner
-from transformer.errors import UserError
+from transformer.training.base_config import get_base_config
 
 tfds.disable_progress_bar()
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from transformer import decoding
+from transformer.inference import search as decoding
 
 PAD, BOS, EOS = 0, 2, 3
 V = 6

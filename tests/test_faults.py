@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import ROOT, tiny_args
-from transformer.checkpoint import Checkpointer
-from transformer.logger import read_metrics
+from transformer.training.checkpoint import Checkpointer
+from transformer.training.logger import read_metrics
 
 # Short runs that log every step (for step-by-step loss comparison) and checkpoint often.
 FAULT_RUN = dict(
@@ -128,9 +128,9 @@ def resumed_from(workdir) -> list[int]:
 
 def restore(workdir, step: int) -> dict:
     """The checkpointed train state at `step` as numpy arrays, on this process's device."""
-    from transformer import run_config
-    from transformer.optim import make_optimizer
-    from transformer.trainer import abstract_train_state
+    from transformer.training import run_config
+    from transformer.training.loop import abstract_train_state
+    from transformer.training.optim import make_optimizer
 
     config = run_config.load(str(workdir))
     state = abstract_train_state(run_config.validate(config), make_optimizer(config.train)[0])

@@ -1,4 +1,4 @@
-"""transformer.logger: metrics.jsonl rows, TensorBoard scalars, progress lines, resume."""
+"""transformer.training.logger: metrics.jsonl rows, TensorBoard scalars, progress lines, resume."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
-from transformer import logger as logger_lib
-from transformer.errors import UserError
-from transformer.logger import MetricsLogger, format_eta, format_progress, read_metrics
+from transformer.common.errors import UserError
+from transformer.training import logger as logger_lib
+from transformer.training.logger import MetricsLogger, format_eta, format_progress, read_metrics
 
 
 class FakeClock:
@@ -231,7 +231,7 @@ def test_tensorboard_scalars(tmp_path):
 
 
 def _script(body: str) -> str:
-    """Python source that imports transformer.logger without the package __init__ (JAX)."""
+    """Python source that imports transformer.training.logger without the package __init__ (JAX)."""
     import transformer
 
     return (
@@ -239,7 +239,7 @@ def _script(body: str) -> str:
         "pkg = types.ModuleType('transformer')\n"
         f"pkg.__path__ = [{transformer.__path__[0]!r}]\n"
         "sys.modules['transformer'] = pkg\n"
-        "from transformer.logger import MetricsLogger\n" + body
+        "from transformer.training.logger import MetricsLogger\n" + body
     )
 
 

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.layers import matmul, tied_logits
-from transformer.loss import cross_entropy
+from transformer.model.layers import matmul, tied_logits
+from transformer.training.loss import cross_entropy
 
 
 def _batch(vocab=11, shape=(3, 5), seed=0):

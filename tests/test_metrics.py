@@ -1,4 +1,4 @@
-"""transformer.metrics: scores equal the sacrebleu command line; exact line files."""
+"""transformer.scoring.metrics: scores equal the sacrebleu command line; exact line files."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from transformer import metrics
-from transformer.errors import UserError
+from transformer.common.errors import UserError
+from transformer.scoring import metrics
 
 REFS = [
     "The cat sat on the mat.",

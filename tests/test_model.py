@@ -15,8 +15,8 @@ from flax import nnx
 
 from tests.helpers import fast_subset, tiny_model_config
 from transformer import ModelConfig, Transformer, count_params, param_shapes
-from transformer.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
-from transformer.position import sinusoidal_table
+from transformer.model.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
+from transformer.model.position import sinusoidal_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -184,7 +184,7 @@ def test_every_config_parses_and_builds(path):
     config = load_config(path)
     for section in ("model", "data", "train", "decode"):
         assert section in config
-    from transformer import run_config
+    from transformer.training import run_config
 
     run_config.validate(config)
     shapes = param_shapes(model_config_of(config))
@@ -244,7 +244,7 @@ def _escape(text):
 
 
 def test_gelu_names_say_which_form():
-    from transformer.layers import ACTIVATION_FNS
+    from transformer.model.layers import ACTIVATION_FNS
 
     x = np.linspace(-6, 6, 241)
     exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])

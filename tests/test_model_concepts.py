@@ -3,7 +3,7 @@
 * Attention equals a naive NumPy softmax(Q K^T / sqrt(D) + bias + mask) V computed here from
   the module's own parameters, under source-padding, causal, packed-segment and cross masks,
   for multi-head, grouped-query and multi-query layouts, with and without RoPE; the mask
-  builders in `transformer.masks` equal masks written here from their definitions.
+  builders in `transformer.model.masks` equal masks written here from their definitions.
 * GQA / MQA equals multi-head attention whose key/value weights repeat each key/value head
   num_heads / num_kv_heads times.
 * RoPE equals the half-split rotation (x[i], x[i + D/2]) by pos * base^(-2i/D), written with
@@ -31,19 +31,21 @@ import pytest
 from flax import nnx
 
 from tests.helpers import fast_subset, tiny_model_config
-from transformer import ModelConfig, Transformer, masks, steps
-from transformer.attention import Attention
-from transformer.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
-from transformer.dropout import KeySeq, dropout
-from transformer.loss import cross_entropy
-from transformer.position import (
+from transformer import ModelConfig, Transformer
+from transformer.common.special_ids import BOS_ID
+from transformer.model import masks
+from transformer.model.attention import Attention
+from transformer.model.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
+from transformer.model.dropout import KeySeq, dropout
+from transformer.model.position import (
     RelativePositionBias,
     alibi_bias,
     alibi_slopes,
     apply_rope,
     relative_position_bucket,
 )
-from transformer.special_ids import BOS_ID
+from transformer.training import steps
+from transformer.training.loss import cross_entropy
 
 VOCAB = 50
 BOS = BOS_ID

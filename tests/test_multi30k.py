@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, recipe
 
 MULTI30K = os.path.join(ROOT, "..", "shared", "data", "multi30k")
 pytestmark = pytest.mark.skipif(
@@ -14,10 +14,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_multi30k_splits_load_in_both_directions(tmp_path):
-    from configs.multi30k import get_config
     from transformer.data import load_split
 
-    config = get_config()
+    config = recipe("multi30k")
     config.data.path = MULTI30K
     valid = load_split(config.data, "valid", str(tmp_path))
     test = load_split(config.data, "test", str(tmp_path))

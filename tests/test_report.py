@@ -1,4 +1,4 @@
-"""transformer.report: Markdown table from eval JSONs, README section replacement."""
+"""transformer.research.report: Markdown table from eval JSONs, README section replacement."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from transformer import report
-from transformer.errors import UserError
+from transformer.cli import report as report_cli
+from transformer.common.errors import UserError
+from transformer.research import report
 
 BLEU_SIG = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
 CHRF_SIG = "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"
@@ -138,13 +139,13 @@ def _readme(tmp_path, body="old content\n"):
 def test_readme_replacement_is_idempotent(runs, tmp_path):
     readme = _readme(tmp_path)
     argv = ["--runs", str(runs), "--readme", str(readme), "--section", "Results"]
-    assert report.main(argv) == 0
+    assert report_cli.main(argv) == 0
     first = readme.read_text()
     assert "old content" not in first
     assert first.startswith("# Project\n\nIntro.\n\n## Results\n\n<!-- report:Results:start -->\n|")
     assert first.endswith("```\n<!-- report:Results:end -->\n\nMore text.\n")
     assert "| base | en-de | test | 27.3 |" in first
-    assert report.main(argv) == 0
+    assert report_cli.main(argv) == 0
     assert readme.read_text() == first
     # Same content through the library function.
     same = report.render(report.find_results([runs]))
@@ -178,7 +179,7 @@ def test_missing_markers_error(tmp_path, runs, capsys):
         )
     # Command line: one line on stderr, exit 2, no traceback.
     with pytest.raises(SystemExit) as exit_info:
-        report.main(["--runs", str(runs), "--readme", str(readme)])
+        report_cli.main(["--runs", str(runs), "--readme", str(readme)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
@@ -187,9 +188,9 @@ def test_missing_markers_error(tmp_path, runs, capsys):
 
 def test_out_file_and_stdout(runs, tmp_path, capsys):
     out = tmp_path / "report.md"
-    assert report.main(["--runs", str(runs), "--out", str(out)]) == 0
+    assert report_cli.main(["--runs", str(runs), "--out", str(out)]) == 0
     assert capsys.readouterr().out == ""
-    assert report.main(["--runs", str(runs)]) == 0
+    assert report_cli.main(["--runs", str(runs)]) == 0
     assert capsys.readouterr().out == out.read_text()
 
 

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from transformer import sweep as sw
-from transformer.errors import UserError
+from transformer.cli import sweep as sweep_cli
+from transformer.common.errors import UserError
+from transformer.research import sweep as sw
 
 TINY = {  # tests/helpers.tiny_config as overrides of configs/default.py, shortened further
     "data.vocab_size": 200, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
@@ -63,7 +64,7 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     config = _write_sweep(tmp_path, variants)
     workdir = str(tmp_path / "sweep")
     args = ["--config", config, "--workdir", workdir, "--poll_s", "1"]
-    assert sw.main(args) == 0
+    assert sweep_cli.main(args) == 0
     out = capsys.readouterr().out
     assert "[1/6] variant=pre seed=0: training" in out
     assert "[2/6] variant=post seed=0: training" in out  # seed-major: every variant's seed 0 first
@@ -95,7 +96,7 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     interrupted = os.path.join(workdir, "post", "1")
     os.remove(os.path.join(interrupted, "eval", "test.json"))
     os.remove(os.path.join(interrupted, "status.json"))
-    assert sw.main(args) == 0
+    assert sweep_cli.main(args) == 0
     out = capsys.readouterr().out
     assert out.count("skipped (finished)") == 3
     assert "FAILED (invalid config)" in out  # checked again in-process, no subprocess
@@ -105,26 +106,26 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     assert _attempts(os.path.join(interrupted, "train.log")) == 2  # resumed: nothing to train
     assert _attempts(os.path.join(interrupted, "eval.log")) == 2
     assert json.load(open(os.path.join(interrupted, "status.json")))["status"] == "done"
-    from transformer.logger import read_metrics
+    from transformer.training.logger import read_metrics
 
     steps = [r["step"] for r in read_metrics(interrupted) if r["kind"] == "train"]
     assert steps == [3, 6]  # not trained again
 
     # --report_only rebuilds the tables without running anything.
     os.remove(os.path.join(workdir, "results.md"))
-    assert sw.main(args + ["--report_only"]) == 0
+    assert sweep_cli.main(args + ["--report_only"]) == 0
     assert os.path.exists(os.path.join(workdir, "results.md"))
 
     # --readme puts that table between the README's markers, with the command that made it.
     readme = tmp_path / "README.md"
     readme.write_text("# r\n<!-- report:Sweep:start -->\nold\n<!-- report:Sweep:end -->\ntail\n")
-    assert sw.main(args + ["--report_only", "--readme", str(readme)]) == 0
+    assert sweep_cli.main(args + ["--report_only", "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "old" not in text and text.endswith("<!-- report:Sweep:end -->\ntail\n")
     assert "| pre |" in text and "| post |" in text and "\n# Sweep results" not in text
     assert f"--workdir {workdir} --report_only --readme {readme}`" in text
     readme.write_text("# no markers\n")
-    assert sw.main(args + ["--report_only", "--readme", str(readme)]) == 2
+    assert sweep_cli.main(args + ["--report_only", "--readme", str(readme)]) == 2
     assert "report:Sweep:start" in capsys.readouterr().err
 
 

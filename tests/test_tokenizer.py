@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from configs.base import get_base_config
+from transformer.common.errors import UserError
 from transformer.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -13,7 +13,7 @@ from transformer.data.tokenizer import (
     Tokenizer,
     build_tokenizers,
 )
-from transformer.errors import UserError
+from transformer.training.base_config import get_base_config
 
 EN = [
     f"the {a} {b} sees the {c} house number {i}"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tests.helpers import fast_subset, run, tiny_config
-from transformer.checkpoint import Checkpointer
-from transformer.logger import read_metrics
-from transformer.trainer import train_and_evaluate
+from transformer.training.checkpoint import Checkpointer
+from transformer.training.logger import read_metrics
+from transformer.training.loop import train_and_evaluate
 
 
 def train_losses(workdir):
@@ -62,9 +62,9 @@ def test_resumed_run_reproduces_uninterrupted_run(tmp_path):
 
 
 def _abstract(workdir):
-    from transformer import run_config
-    from transformer.optim import make_optimizer
-    from transformer.trainer import abstract_train_state
+    from transformer.training import run_config
+    from transformer.training.loop import abstract_train_state
+    from transformer.training.optim import make_optimizer
 
     config = run_config.load(workdir)
     model_cfg = run_config.validate(config)

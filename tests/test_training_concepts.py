@@ -32,12 +32,12 @@ from flax import nnx
 from tests import helpers
 from tests.helpers import run, tiny_args, tiny_config
 from transformer import ModelConfig, Transformer
-from transformer import steps as steps_lib
-from transformer.checkpoint import _leaf_name
-from transformer.flops import forward_flops
-from transformer.masks import shift_right
-from transformer.optim import SCHEDULES, learning_rate_schedule, make_optimizer
-from transformer.special_ids import BOS_ID
+from transformer.common.special_ids import BOS_ID
+from transformer.model.flops import forward_flops
+from transformer.model.masks import shift_right
+from transformer.training import steps as steps_lib
+from transformer.training.checkpoint import _leaf_name
+from transformer.training.optim import SCHEDULES, learning_rate_schedule, make_optimizer
 
 BOS = BOS_ID
 
@@ -443,7 +443,7 @@ def orbax_params(workdir, step) -> dict[str, np.ndarray]:
 
 @pytest.mark.slow
 def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run):
-    from transformer.evaluation import restore_run
+    from transformer.evaluation.evaluator import restore_run
 
     steps = sorted(int(d) for d in os.listdir(os.path.join(trained_run, "checkpoints"))
                    if d.isdigit())  # fmt: skip

@@ -12,9 +12,9 @@ from flax import nnx
 
 from tests.helpers import fast_subset, run, tiny_config
 from transformer import ModelConfig, Transformer
-from transformer.config import NORM_POSITIONS, POSITIONS
-from transformer.steps import init_state
-from transformer.translate import DecodeSettings, Translator
+from transformer.inference.translator import DecodeSettings, Translator
+from transformer.model.config import NORM_POSITIONS, POSITIONS
+from transformer.training.steps import init_state
 
 SRC = jnp.array([[5, 6, 7, 8, 9, 3, 0, 0], [10, 11, 3, 0, 0, 0, 0, 0]], jnp.int32)
 TGT_IN = jnp.array([[2, 12, 13, 14, 15, 16], [2, 17, 18, 19, 20, 21]], jnp.int32)
@@ -112,7 +112,7 @@ def _stream(translator, params, lines, tmp_path, name):
     """decode.py's streaming loop over `lines`, in process; returns the output bytes."""
     from types import SimpleNamespace
 
-    from transformer.decode_stream import decode_stream
+    from transformer.inference.streaming import decode_stream
 
     src, out = tmp_path / f"{name}.in", tmp_path / f"{name}.out"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -155,7 +155,7 @@ def test_greedy_variants_agree(small_model):
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    from transformer.trainer import train_and_evaluate
+    from transformer.training.loop import train_and_evaluate
 
     workdir = str(tmp_path_factory.mktemp("run") / "tiny")
     config = tiny_config(train__num_steps=60, train__eval_every=60, train__checkpoint_every=20,
@@ -230,7 +230,7 @@ def test_decode_cli_shows_no_routine_library_notices(trained_run, tmp_path):
 
 
 def test_evaluate_returns_the_record_it_wrote_and_the_scores(trained_run):
-    import transformer.evaluation  # noqa: F401 - the module must not shadow the function
+    import transformer.evaluation.evaluator  # noqa: F401 - the module must not shadow the function
     from transformer import Evaluation, evaluate
 
     result = evaluate(trained_run, split="valid", name="in_process",
@@ -249,7 +249,7 @@ def test_restore_reads_parameters_only(trained_run, monkeypatch):
     # never be read, for one checkpoint or an average.
     import orbax.checkpoint as ocp
 
-    from transformer.evaluation import restore_run
+    from transformer.evaluation.evaluator import restore_run
 
     read = []
     deserialize = ocp.type_handlers.ArrayHandler.deserialize

@@ -85,8 +85,8 @@ class _Pieces:
     [(None, 300, 300, 300), (None, 250, 310, 310), (320, 300, 300, 320), (300, 300, 300, 300)],
 )
 def test_model_vocab_size_follows_the_larger_tokenizer_unless_set(configured, src, tgt, expected):
-    from configs.base import get_base_config
-    from transformer import run_config
+    from transformer.training import run_config
+    from transformer.training.base_config import get_base_config
 
     config = get_base_config()
     config.model.vocab_size = configured
@@ -95,9 +95,9 @@ def test_model_vocab_size_follows_the_larger_tokenizer_unless_set(configured, sr
 
 
 def test_model_vocab_size_below_the_pieces_is_a_one_line_error():
-    from configs.base import get_base_config
-    from transformer import run_config
-    from transformer.errors import UserError
+    from transformer.common.errors import UserError
+    from transformer.training import run_config
+    from transformer.training.base_config import get_base_config
 
     config = get_base_config()
     config.model.vocab_size = 299

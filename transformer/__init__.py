@@ -1,24 +1,26 @@
 """Configurable sequence-to-sequence Transformer in JAX/Flax NNX.
 
-The public names below are imported on first use, so light tools (`python -m
-transformer.report`) start without loading JAX.
+The public names below are imported on first use, so light tools (`transformer-report`)
+start without loading JAX.
 """
 
 import importlib
 
 _EXPORTS = {
-    "ModelConfig": "transformer.config",
-    "UserError": "transformer.errors",
-    "Transformer": "transformer.model",
-    "count_params": "transformer.model",
-    "param_shapes": "transformer.model",
-    "shift_right": "transformer.masks",
-    "Translator": "transformer.translate",
-    "DecodeSettings": "transformer.translate",
-    "train_and_evaluate": "transformer.trainer",
-    "evaluate": "transformer.evaluation",
-    "Evaluation": "transformer.evaluation",
-    "restore_run": "transformer.evaluation",
+    "ModelConfig": "transformer.model.config",
+    "UserError": "transformer.common.errors",
+    "Transformer": "transformer.model.transformer",
+    "count_params": "transformer.model.transformer",
+    "param_shapes": "transformer.model.transformer",
+    "shift_right": "transformer.model.masks",
+    "Translator": "transformer.inference.translator",
+    "DecodeSettings": "transformer.inference.translator",
+    "train_and_evaluate": "transformer.training.loop",
+    "evaluate": "transformer.evaluation.evaluator",
+    "Evaluation": "transformer.evaluation.evaluator",
+    "restore_run": "transformer.evaluation.evaluator",
+    "get_base_config": "transformer.training.base_config",
+    "load_config_file": "transformer.training.run_config",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,11 +17,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from configs.base import get_base_config  # noqa: E402
 from transformer import ModelConfig, Transformer  # noqa: E402
-from transformer.optim import make_optimizer  # noqa: E402
-from transformer.parallel import Parallel  # noqa: E402
-from transformer.steps import init_state, make_train_step  # noqa: E402
+from transformer.training.base_config import get_base_config  # noqa: E402
+from transformer.training.optim import make_optimizer  # noqa: E402
+from transformer.training.parallel import Parallel  # noqa: E402
+from transformer.training.steps import init_state, make_train_step  # noqa: E402
 
 
 def batches(n, rows=8, length=12):

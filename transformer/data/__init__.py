@@ -2,8 +2,11 @@
 
 Entry point for training, eval and decoding: `make_datasets` (see `pipeline` for the batch
 format and the iterator state). `load_split` gives raw ``(source, target)`` text pairs.
+
+Imports from: transformer.common.
 """
 
+from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer.data.pipeline import (
     BATCH_KEYS,
     BatchLayout,
@@ -19,7 +22,6 @@ from transformer.data.pipeline import (
 )
 from transformer.data.sources import TextPairs, load_split
 from transformer.data.tokenizer import Tokenizer, build_tokenizers, check_vocab_config
-from transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
     "BATCH_KEYS",

@@ -55,11 +55,11 @@ import grain
 import numpy as np
 from absl import logging
 
+from transformer.common.errors import UserError
+from transformer.common.fileio import atomic_write
+from transformer.common.special_ids import EOS_ID
 from transformer.data import sources
 from transformer.data.tokenizer import Tokenizer, build_tokenizers
-from transformer.errors import UserError
-from transformer.fileio import atomic_write
-from transformer.special_ids import EOS_ID
 
 BATCH_KEYS = ("src", "tgt", "src_segments", "tgt_segments", "src_positions", "tgt_positions")
 BATCHING_MODES = ("pack", "bucket", "pad")

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from transformer.errors import UserError
+from transformer.common.errors import UserError
 
 # TFDS is imported lazily (it takes about a second); see `_tfds()`.
 

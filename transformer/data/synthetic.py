@@ -50,7 +50,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformer.fileio import atomic_write
+from transformer.common.fileio import atomic_write
 
 __all__ = [
     "GENERATOR_VERSION",

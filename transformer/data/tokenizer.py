@@ -1,7 +1,7 @@
 """SentencePiece tokenizers with fixed special ids, trained in-process and kept in the workdir.
 
 Special ids are the same in every vocabulary this code trains or accepts: those of
-`transformer.special_ids` (padding is never produced by `encode`).
+`transformer.common.special_ids` (padding is never produced by `encode`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 import sentencepiece as spm
 from absl import logging
 
-from transformer.errors import UserError
-from transformer.fileio import atomic_write
-from transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer.common.errors import UserError
+from transformer.common.fileio import atomic_write
+from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
 
 MODEL_TYPES = ("unigram", "bpe")
 VOCAB_DIR = "vocab"
@@ -27,7 +27,7 @@ _MAX_SENTENCE_BYTES = 1 << 14
 
 
 class Tokenizer:
-    """A SentencePiece model with the special ids of `transformer.special_ids`.
+    """A SentencePiece model with the special ids of `transformer.common.special_ids`.
 
     `encode` returns ids without BOS/EOS; `decode` stops at the first EOS and ignores PAD
     and BOS (and ids outside the vocabulary, which a model whose ``vocab_size`` is larger
@@ -319,7 +319,7 @@ def build_tokenizers(
         vocab_train_sentences, name, source_lang, target_lang, reverse).
       vocab_size: ``config.data.vocab_size``, the size asked of a trained vocabulary (a soft
         limit; unused with ``vocab_path``). The model's size follows the tokenizer
-        (`transformer.run_config.resolve_vocab_size`).
+        (`transformer.training.run_config.resolve_vocab_size`).
       workdir: the run's directory.
       train_texts: the training split as ``(source, target)`` pairs (e.g. from
         `transformer.data.sources.load_split`), or a zero-argument callable returning it,

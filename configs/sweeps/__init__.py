@@ -1,1 +1,0 @@
-"""Sweep configs for `python -m transformer.sweep` (see transformer/sweep.py)."""

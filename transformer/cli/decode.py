@@ -1,0 +1,51 @@
+"""Translate text with a trained run, streaming lines in order.
+
+    python decode.py --workdir DIR [--checkpoint latest|best|STEP] [--input FILE|-]
+        [--output FILE|-] [--config.decode.strategy=greedy|sample|beam]
+        [--config.decode.temperature=T --config.decode.top_k=K --config.decode.top_p=P
+         --config.decode.beam_size=N --config.decode.length_penalty=A
+         --config.decode.num_samples=S --config.decode.seed=SEED ...]
+
+An empty input line gives an empty output line; the same seed gives byte-identical output.
+With n_best > 1 (beam) or num_samples > 1 (sample) each input gives that many lines,
+tab-separated as `index<TAB>score<TAB>text`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import flags
+
+from transformer.cli.app import config_override_args, run_cli
+
+flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
+flags.DEFINE_string("checkpoint", "latest", "latest, best (by validation BLEU) or a step.")
+flags.DEFINE_string("input", "-", "Input file, one sentence per line; - = stdin.")
+flags.DEFINE_string("output", "-", "Output file; - = stdout.")
+flags.DEFINE_integer("average_last", 1, "Average the parameters of the last N checkpoints.")
+FLAGS = flags.FLAGS
+
+
+def _main(argv):
+    from transformer.evaluation.evaluator import restore_run
+    from transformer.inference.streaming import decode_stream
+
+    run = restore_run(
+        FLAGS.workdir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last,
+        overrides=config_override_args(argv),
+    )  # fmt: skip
+    stats = decode_stream(run, FLAGS.input, FLAGS.output)
+    message = f"translated {stats['lines']} lines"
+    if stats["truncated"]:
+        message += f"; {stats['truncated']} longer than model.max_len were truncated"
+    print(message, file=sys.stderr)
+
+
+def main() -> None:
+    """The `transformer-decode` console script."""
+    run_cli(_main, config_overrides=True)
+
+
+if __name__ == "__main__":
+    main()

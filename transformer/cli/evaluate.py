@@ -1,0 +1,69 @@
+"""Score a trained run with sacreBLEU and chrF.
+
+    python eval.py --workdir DIR [--checkpoint latest|best|STEP] [--split test]
+        [--src FILE --ref FILE] [--average_last N] [--longer_than N|train]
+        [--config.decode.field=value ...]
+
+Translates the whole split (nothing filtered out), detokenizes, scores against the raw
+references and writes DIR/eval/<name>.json with .src.txt, .hyp.txt and .ref.txt beside it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from absl import flags
+
+from transformer.cli.app import config_override_args, run_cli
+
+flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
+flags.DEFINE_string("checkpoint", "latest", "latest, best (by validation BLEU) or a step.")
+flags.DEFINE_string("split", "test", "Split to translate: valid, test or a split name.")
+flags.DEFINE_string("src", None, "Source file to translate instead of a split.")
+flags.DEFINE_string("ref", None, "Reference file for --src.")
+flags.DEFINE_integer("average_last", 1, "Average the parameters of the last N checkpoints.")
+flags.DEFINE_string("name", None, "Output name under DIR/eval (default: the split).")
+flags.DEFINE_string(
+    "longer_than",
+    None,
+    "Also score the sentences whose source has more than this many tokens "
+    "(EOS included), or 'train' for the run's data.max_source_len (length generalisation).",
+)
+FLAGS = flags.FLAGS
+
+
+def _main(argv):
+    from transformer.evaluation.evaluator import evaluate
+
+    result = evaluate(
+        FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split, src=FLAGS.src,
+        ref=FLAGS.ref, average_last=FLAGS.average_last, overrides=config_override_args(argv),
+        name=FLAGS.name, longer_than=FLAGS.longer_than,
+        command=" ".join(["python", *(shlex.quote(a) for a in sys.argv)]),
+    )  # fmt: skip
+    record = result.record
+    print(result.scores.bleu_line())
+    print(result.scores.chrf_line())
+    if "longer" in record:
+        longer = record["longer"]
+        head = f"sources over {longer['source_tokens_over']} tokens: {longer['sentences']}"
+        if longer["sentences"]:
+            print(f"{head} sentences, BLEU {longer['bleu']:.2f}, chrF {longer['chrf']:.2f}")
+        else:
+            print(f"{head} sentences (nothing to score)")
+    print(
+        f"{record['sentences']} sentences, step {record['step']}"
+        + (f" (average of {record['averaged_steps']})" if len(record["averaged_steps"]) > 1 else "")
+        + f", {record['sentences_per_s']:.1f} sentences/s; wrote {result.path}",
+        file=sys.stderr,
+    )
+
+
+def main() -> None:
+    """The `transformer-eval` console script."""
+    run_cli(_main, config_overrides=True)
+
+
+if __name__ == "__main__":
+    main()

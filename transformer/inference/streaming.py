@@ -1,0 +1,65 @@
+"""decode.py's streaming loop: read lines, translate them in batches, write in order."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+
+from transformer.common.errors import UserError
+
+
+@contextlib.contextmanager
+def _open(path: str, mode: str):
+    if path == "-":
+        stream = sys.stdin if mode == "r" else sys.stdout
+        if mode == "r":
+            stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict")
+        yield stream
+        return
+    try:
+        f = open(path, mode, encoding="utf-8", errors="strict", newline="\n")  # noqa: SIM115
+    except OSError as e:
+        raise UserError(f"cannot open {path} ({e.strerror})") from None
+    with f:
+        yield f
+
+
+def decode_stream(run, input_path: str, output_path: str) -> dict:
+    """Translates each line of input_path into output_path, a batch at a time, in order."""
+    settings = run.translator.settings
+    multi = settings.outputs_per_input > 1
+    lines_done, truncated = 0, 0
+    with _open(input_path, "r") as src, _open(output_path, "w") as out:
+        batch: list[str] = []
+
+        def flush():
+            nonlocal lines_done, truncated
+            if not batch:
+                return
+            result = run.translator.translate(run.params, batch, first_id=lines_done)
+            truncated += result.num_truncated
+            for i, (hyps, scores) in enumerate(zip(result.hypotheses, result.scores, strict=True)):
+                if multi:
+                    for hyp, score in zip(hyps, scores, strict=True):
+                        out.write(f"{lines_done + i}\t{score:.4f}\t{hyp}\n")
+                else:
+                    out.write(hyps[0] + "\n")
+            out.flush()
+            lines_done += len(batch)
+            batch.clear()
+
+        line_no = 0
+        try:
+            for line in src:
+                line_no += 1
+                batch.append(line.rstrip("\n").rstrip("\r"))
+                if len(batch) == settings.batch_size:
+                    flush()
+        except UnicodeDecodeError as e:
+            raise UserError(
+                f"{input_path}: line {line_no + 1} is not valid UTF-8 ({e.reason}); "
+                f"convert the file to UTF-8"
+            ) from None
+        flush()
+    return {"lines": lines_done, "truncated": truncated}

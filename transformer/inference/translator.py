@@ -1,0 +1,270 @@
+"""Translating text with a model's parameters: KV-cached greedy, sampling or beam search.
+
+One `Translator` serves training's validation BLEU, eval.py and decode.py. Each batch runs as
+one compiled program: encode once, compute cross-attention keys/values once (expanded per
+beam once), then the whole token loop in a `lax.while_loop` over a preallocated KV cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from transformer.common.errors import UserError
+from transformer.common.special_ids import EOS_ID, PAD_ID
+from transformer.data import encode_sources, source_batch
+from transformer.inference import search as decoding
+from transformer.model.config import ModelConfig
+
+STRATEGIES = ("greedy", "sample", "beam")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+    """The `decode` config section, validated."""
+
+    strategy: str = "beam"
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    n_best: int = 1
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    num_samples: int = 1
+    seed: int = 0
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    min_len: int = 0
+    batch_size: int = 64
+
+    def __post_init__(self):
+        checks = [
+            (
+                self.strategy in STRATEGIES,
+                f"unknown decode.strategy {self.strategy!r}; valid: " + ", ".join(STRATEGIES),
+            ),
+            (self.beam_size >= 1, f"decode.beam_size must be >= 1, got {self.beam_size}"),
+            (
+                1 <= self.n_best <= max(self.beam_size, 1) or self.strategy != "beam",
+                f"decode.n_best={self.n_best} must be between 1 and beam_size={self.beam_size}",
+            ),
+            (self.temperature >= 0, f"decode.temperature must be >= 0, got {self.temperature}"),
+            (self.top_k >= 0, f"decode.top_k must be >= 0 (0 = off), got {self.top_k}"),
+            (0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}"),
+            (self.num_samples >= 1, f"decode.num_samples must be >= 1, got {self.num_samples}"),
+            (self.batch_size >= 1, f"decode.batch_size must be >= 1, got {self.batch_size}"),
+            (self.min_len >= 0, f"decode.min_len must be >= 0, got {self.min_len}"),
+            (
+                self.max_len_a >= 0 and self.max_len_b >= 0,
+                "decode.max_len_a and decode.max_len_b must be >= 0",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+
+    @classmethod
+    def from_config(cls, decode_config) -> DecodeSettings:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in dict(decode_config).items() if k in names}
+        return cls(**values)
+
+    @property
+    def outputs_per_input(self) -> int:
+        if self.strategy == "beam":
+            return self.n_best
+        return self.num_samples if self.strategy == "sample" else 1
+
+
+@dataclasses.dataclass
+class Translations:
+    """hypotheses[i] holds the outputs for input i (n_best or num_samples of them)."""
+
+    hypotheses: list[list[str]]
+    scores: list[list[float]]
+    num_truncated: int
+
+    @property
+    def best(self) -> list[str]:
+        return [h[0] for h in self.hypotheses]
+
+
+class Translator:
+    def __init__(
+        self, graphdef, model_cfg: ModelConfig, settings: DecodeSettings, src_tok, tgt_tok
+    ):
+        self.graphdef = graphdef
+        self.model_cfg = model_cfg
+        self.settings = settings
+        self.src_tok = src_tok
+        self.tgt_tok = tgt_tok
+
+    # ------------------------------------------------------------------------- compiled core
+
+    @functools.cached_property
+    def _decode_fn(self):
+        return jax.jit(self._decode_batch, static_argnames=("max_out",))
+
+    def _decode_batch(self, params, src, row_ids, *, max_out: int, head_mask=None):
+        """src [B, S] (EOS-terminated, PAD_ID = padding) -> (tokens [B, R, max_out], scores [B, R]).
+
+        head_mask: None or (encoder [layers, H], decoder [layers, 2, H]) 0/1 arrays (analysis).
+        """
+        s = self.settings
+        model = nnx.merge(self.graphdef, params)
+        enc_mask, dec_mask = (None, None) if head_mask is None else head_mask
+        src_segments = (src != PAD_ID).astype(jnp.int32)
+        encoded = model.encode(src, src_segments=src_segments, head_mask=enc_mask)
+        cross_kv = model.cross_kv(encoded)
+        src_len = jnp.sum(src_segments, axis=1)
+        max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)
+        b = src.shape[0]
+
+        def make_callback(cross, segments):
+            def tokens_to_logits(tokens, step, cache):
+                logits, cache = model.decode(
+                    None,
+                    segments,
+                    tokens[:, None],
+                    cross_kv=cross,
+                    cache=cache,
+                    cache_index=step,
+                    head_mask=dec_mask,
+                )
+                return logits[:, 0], cache
+
+            return tokens_to_logits
+
+        if s.strategy == "beam":
+            beam = s.beam_size
+            cross = decoding.expand_to_beams(cross_kv, beam)
+            segments = decoding.expand_to_beams(src_segments, beam)
+            out = decoding.beam_search(
+                make_callback(cross, segments),
+                model.init_cache(b * beam, max_out),
+                batch_size=b,
+                beam_size=beam,
+                max_len=max_out,
+                max_lens=decoding.expand_to_beams(max_lens, beam),
+                min_len=s.min_len,
+                alpha=s.length_penalty,
+                n_best=s.n_best,
+            )
+            return out.tokens, out.scores
+        reps = s.num_samples if s.strategy == "sample" else 1
+        cross = decoding.expand_to_beams(cross_kv, reps)
+        segments = decoding.expand_to_beams(src_segments, reps)
+        callback = make_callback(cross, segments)
+        cache = model.init_cache(b * reps, max_out)
+        row_max = decoding.expand_to_beams(max_lens, reps)
+        if s.strategy == "greedy":
+            out = decoding.greedy(
+                callback, cache, max_len=max_out, max_lens=row_max, min_len=s.min_len
+            )
+        else:
+            # One key per (sentence, sample): results never depend on the batch around them.
+            sample_ids = row_ids[:, None] * reps + jnp.arange(reps)[None, :]
+            keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(s.seed), i))(
+                sample_ids.reshape(-1)
+            )
+            out = decoding.sample(
+                callback,
+                cache,
+                rngs=keys,
+                max_len=max_out,
+                max_lens=row_max,
+                min_len=s.min_len,
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
+            )
+        return out.tokens.reshape(b, reps, max_out), out.scores.reshape(b, reps)
+
+    # ------------------------------------------------------------------------------ text API
+
+    def max_output_len(self, src_width: int) -> int:
+        s = self.settings
+        return max(
+            1, min(self.model_cfg.max_len, math.floor(s.max_len_a * src_width + s.max_len_b))
+        )
+
+    def translate_ids(
+        self,
+        params,
+        id_lists: Sequence[Sequence[int]],
+        line_ids: Sequence[int] | None = None,
+        head_mask=None,
+    ):
+        """EOS-terminated source id lists -> (token lists [n][R], scores [n][R]).
+
+        line_ids[i] numbers input i (default: i); sampling derives input i's random key from
+        the seed and line_ids[i] alone, so its samples never depend on the batch around it.
+        """
+        s = self.settings
+        line_ids = np.arange(len(id_lists)) if line_ids is None else np.asarray(line_ids)
+        if len(line_ids) != len(id_lists):
+            raise ValueError(f"{len(line_ids)} line ids for {len(id_lists)} inputs")
+        order = np.argsort([len(x) for x in id_lists], kind="stable")  # similar lengths together
+        results: list = [None] * len(id_lists)
+        for start in range(0, len(order), s.batch_size):
+            chunk = order[start : start + s.batch_size]
+            longest = max(len(id_lists[i]) for i in chunk)
+            width = min(_round_up(longest, 8), max(longest, self.model_cfg.max_len))
+            batch = source_batch([id_lists[i] for i in chunk], s.batch_size, width)
+            row_ids = np.zeros(s.batch_size, np.int32)
+            row_ids[: len(chunk)] = line_ids[chunk]
+            tokens, scores = self._decode_fn(
+                params,
+                jnp.asarray(batch["src"]),
+                jnp.asarray(row_ids),
+                max_out=self.max_output_len(width),
+                head_mask=head_mask,
+            )
+            tokens, scores = np.asarray(tokens), np.asarray(scores)
+            for r, i in enumerate(chunk):
+                results[i] = ([_until_eos(t) for t in tokens[r]], scores[r].tolist())
+        return [r[0] for r in results], [r[1] for r in results]
+
+    def translate(
+        self, params, lines: Sequence[str], first_id: int = 0, head_mask=None
+    ) -> Translations:
+        """Raw source lines -> detokenized translations (empty line in, empty line out).
+
+        first_id is the line number of lines[0] in the whole input (decode.py's streaming
+        batches): line i is numbered first_id + i, empty lines included.
+        """
+        ids, truncated = encode_sources(lines, self.src_tok, self.model_cfg.max_len)
+        nonempty = [i for i, line in enumerate(lines) if line.strip()]
+        token_lists, scores = self.translate_ids(
+            params,
+            [ids[i] for i in nonempty],
+            [first_id + i for i in nonempty],
+            head_mask=head_mask,
+        )
+        reps = self.settings.outputs_per_input
+        hypotheses = [[""] * reps for _ in lines]
+        all_scores = [[0.0] * reps for _ in lines]
+        for i, toks, sc in zip(nonempty, token_lists, scores, strict=True):
+            hypotheses[i] = [self.tgt_tok.decode(t) for t in toks]
+            all_scores[i] = sc
+        return Translations(hypotheses, all_scores, truncated)
+
+
+def _until_eos(tokens: np.ndarray) -> list[int]:
+    out = []
+    for t in tokens.tolist():
+        if t in (EOS_ID, PAD_ID):
+            break
+        out.append(t)
+    return out
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m

@@ -1,0 +1,110 @@
+"""Multi-head attention with grouped key/value heads (MHA, GQA, MQA) and a functional KV cache.
+
+Shapes: B batch, T query length, S key length, H query heads, K key/value heads, G = H / K
+query heads per key/value head, D head dim. Keys and values are laid out [B, K, S, D], the
+layout of the decode cache, so a decode step reads the cache without transposing it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from transformer.model.dropout import KeySeq, dropout
+from transformer.model.layers import Dense, _dtype
+from transformer.model.position import apply_rope
+
+NEG_INF = -1e9  # additive mask value; softmax runs in float32 so this cannot overflow
+
+
+def attend(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    bias: jax.Array | None,
+    dropout_rate: float = 0.0,
+    keys: KeySeq | None = None,
+    head_mask: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Scaled dot-product attention.
+
+    q [B, T, H, D]; k, v [B, K, S, D]; mask bool broadcastable to [B, H, T, S] (True = attend);
+    bias float broadcastable to [B, H, T, S]; head_mask [H] multiplies each head's output.
+    Returns (output [B, T, H, D], probabilities [B, H, T, S] in float32).
+    """
+    b, t, h, d = q.shape
+    kv = k.shape[1]
+    g = h // kv
+    q = q.reshape(b, t, kv, g, d) * jnp.asarray(d**-0.5, q.dtype)
+    scores = jnp.einsum("btkgd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = scores.reshape(b, h, t, -1)  # [B, H, T, S]
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        scores = jnp.where(mask, scores, NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1)  # float32
+    dropped = dropout(probs, dropout_rate, keys).astype(v.dtype)
+    out = jnp.einsum("bkgts,bksd->btkgd", dropped.reshape(b, kv, g, t, -1), v)
+    out = out.reshape(b, t, h, d)
+    if head_mask is not None:  # pruning study: silence whole heads
+        out = out * head_mask.astype(out.dtype)[None, None, :, None]
+    return out, probs
+
+
+class Attention(nnx.Module):
+    """Self- or cross-attention sublayer: projections, optional RoPE, attend, output projection."""
+
+    def __init__(self, cfg, *, out_init_scale: float, rngs: nnx.Rngs):
+        self.num_heads = cfg.num_heads
+        self.kv_heads = cfg.kv_heads
+        self.head_dim = cfg.head_dim
+        self.rope_base = cfg.rope_base
+        self.attention_dropout_rate = cfg.attention_dropout_rate
+        common = dict(use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs)
+        d, hd = cfg.d_model, cfg.head_dim
+        self.query = Dense(d, cfg.num_heads * hd, **common)
+        self.key = Dense(d, cfg.kv_heads * hd, **common)
+        self.value = Dense(d, cfg.kv_heads * hd, **common)
+        self.out = Dense(cfg.num_heads * hd, d, init_scale=out_init_scale, **common)
+
+    def project_kv(
+        self, x: jax.Array, positions: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """x [B, S, d] -> keys, values [B, K, S, D]; RoPE-rotated at positions when given."""
+        b, s, _ = x.shape
+        k = self.key(x).reshape(b, s, self.kv_heads, self.head_dim)
+        v = self.value(x).reshape(b, s, self.kv_heads, self.head_dim)
+        if positions is not None:
+            k = apply_rope(k, positions, self.rope_base)
+        return k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+
+    def project_q(self, x: jax.Array, positions: jax.Array | None = None) -> jax.Array:
+        b, t, _ = x.shape
+        q = self.query(x).reshape(b, t, self.num_heads, self.head_dim)
+        if positions is not None:
+            q = apply_rope(q, positions, self.rope_base)
+        return q
+
+    def __call__(
+        self,
+        x: jax.Array,
+        kv: tuple[jax.Array, jax.Array],
+        *,
+        mask: jax.Array | None,
+        bias: jax.Array | None,
+        rope_positions: jax.Array | None,
+        keys: KeySeq | None,
+        head_mask: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Attends queries from x [B, T, d] to projected (keys, values) [B, K, S, D].
+
+        Returns (output [B, T, d], probabilities [B, H, T, S]).
+        """
+        q = self.project_q(x, rope_positions)
+        out, probs = attend(
+            q, kv[0], kv[1], mask, bias, self.attention_dropout_rate, keys, head_mask
+        )
+        b, t = x.shape[:2]
+        return self.out(out.reshape(b, t, self.num_heads * self.head_dim)), probs

@@ -1,0 +1,396 @@
+"""The encoder-decoder Transformer (Flax NNX): blocks, stacks and the full model.
+
+Inputs are int32 token ids with 0 = padding. Packed rows (several sentences per row) are
+described by segment ids (1, 2, ... per sentence, 0 on padding) and positions that restart at
+each segment; when omitted they are derived from the tokens (one sentence per row).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from transformer.model import masks
+from transformer.model.attention import Attention
+from transformer.model.config import ModelConfig
+from transformer.model.dropout import KeySeq, dropout
+from transformer.model.layers import Dense, Embed, FeedForward, Norm, _dtype
+from transformer.model.position import RelativePositionBias, alibi_bias, sinusoids
+
+Cache = list[dict[str, jax.Array]]  # per decoder layer: {'k', 'v'} [B, K, max_len, D]
+
+
+class Sublayer(nnx.Module):
+    """Residual wrapper: Pre-LN x + drop(f(norm(x))) or Post-LN norm(x + drop(f(x)))."""
+
+    def __init__(self, cfg: ModelConfig):
+        self.pre = cfg.norm_position == "pre"
+        self.norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps)
+        self.dropout_rate = cfg.dropout_rate
+
+    def __call__(self, x, fn, keys: KeySeq | None):
+        if self.pre:
+            return x + dropout(fn(self.norm(x)), self.dropout_rate, keys)
+        return self.norm(x + dropout(fn(x), self.dropout_rate, keys))
+
+
+class EncoderBlock(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, out_init_scale: float, rngs: nnx.Rngs):
+        self.self_attention = Attention(cfg, out_init_scale=out_init_scale, rngs=rngs)
+        self.ffn = FeedForward(cfg, out_init_scale=out_init_scale, rngs=rngs)
+        self.attention_sublayer = Sublayer(cfg)
+        self.ffn_sublayer = Sublayer(cfg)
+
+    def __call__(self, x, ctx: masks.SelfAttentionInputs, keys, record=None, head_mask=None):
+        def self_attend(h):
+            kv = self.self_attention.project_kv(h, ctx.rope_positions)
+            out, probs = self.self_attention(
+                h,
+                kv,
+                mask=ctx.mask,
+                bias=ctx.bias,
+                rope_positions=ctx.rope_positions,
+                keys=keys,
+                head_mask=head_mask,
+            )
+            _record(record, "encoder_self", probs)
+            return out
+
+        x = self.attention_sublayer(x, self_attend, keys)
+        return self.ffn_sublayer(x, lambda h: self.ffn(h, keys), keys)
+
+
+class DecoderBlock(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, out_init_scale: float, rngs: nnx.Rngs):
+        self.self_attention = Attention(cfg, out_init_scale=out_init_scale, rngs=rngs)
+        self.cross_attention = Attention(cfg, out_init_scale=out_init_scale, rngs=rngs)
+        self.ffn = FeedForward(cfg, out_init_scale=out_init_scale, rngs=rngs)
+        self.self_sublayer = Sublayer(cfg)
+        self.cross_sublayer = Sublayer(cfg)
+        self.ffn_sublayer = Sublayer(cfg)
+
+    def __call__(
+        self,
+        x,
+        ctx: masks.SelfAttentionInputs,
+        cross_kv,
+        cross_mask,
+        keys,
+        *,
+        cache: dict[str, jax.Array] | None = None,
+        cache_index: jax.Array | None = None,
+        record=None,
+        head_masks=(None, None),
+    ):
+        """Returns (x, updated cache or None). With a cache, x holds the tokens at positions
+        cache_index..cache_index+T-1 and their keys/values are written into the cache."""
+        new_cache = None
+
+        def self_attend(h):
+            nonlocal new_cache
+            k, v = self.self_attention.project_kv(h, ctx.rope_positions)  # [B, K, T, D]
+            if cache is not None:
+                start = (0, 0, cache_index, 0)
+                k = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
+                v = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), start)
+                new_cache = {"k": k, "v": v}
+            out, probs = self.self_attention(
+                h,
+                (k, v),
+                mask=ctx.mask,
+                bias=ctx.bias,
+                rope_positions=ctx.rope_positions,
+                keys=keys,
+                head_mask=head_masks[0],
+            )
+            _record(record, "decoder_self", probs)
+            return out
+
+        def cross_attend(h):
+            out, probs = self.cross_attention(
+                h,
+                cross_kv,
+                mask=cross_mask,
+                bias=None,
+                rope_positions=None,
+                keys=keys,
+                head_mask=head_masks[1],
+            )
+            _record(record, "cross", probs)
+            return out
+
+        x = self.self_sublayer(x, self_attend, keys)
+        x = self.cross_sublayer(x, cross_attend, keys)
+        x = self.ffn_sublayer(x, lambda h: self.ffn(h, keys), keys)
+        return x, new_cache
+
+
+class Transformer(nnx.Module):
+    """Encoder-decoder Transformer; ``model(src, tgt_in)`` returns float32 logits [B, T, V]."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        if cfg.vocab_size is None:
+            raise ValueError(
+                "ModelConfig.vocab_size is None: give the vocabulary size (train.py takes it "
+                "from the run's tokenizer)"
+            )
+        self.cfg = cfg
+        self.src_embed = Embed(cfg.vocab_size, cfg.d_model, rngs=rngs)
+        self.tgt_embed = (
+            None if cfg.share_embeddings else Embed(cfg.vocab_size, cfg.d_model, rngs=rngs)
+        )
+        self.src_positions = self._learned_positions(cfg, rngs)
+        self.tgt_positions = self._learned_positions(cfg, rngs)
+        self.encoder_relative = self._relative_bias(cfg, bidirectional=True, rngs=rngs)
+        self.decoder_relative = self._relative_bias(cfg, bidirectional=False, rngs=rngs)
+        enc_scale = _residual_scale(cfg, cfg.num_encoder_layers)
+        dec_scale = _residual_scale(cfg, cfg.num_decoder_layers)
+        self.encoder_layers = nnx.List(
+            [
+                EncoderBlock(cfg, out_init_scale=enc_scale, rngs=rngs)
+                for _ in range(cfg.num_encoder_layers)
+            ]
+        )
+        self.decoder_layers = nnx.List(
+            [
+                DecoderBlock(cfg, out_init_scale=dec_scale, rngs=rngs)
+                for _ in range(cfg.num_decoder_layers)
+            ]
+        )
+        pre = cfg.norm_position == "pre"
+        self.encoder_norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps) if pre else None
+        self.decoder_norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps) if pre else None
+        self.output = (
+            None
+            if cfg.tie_output
+            else Dense(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=jnp.float32, rngs=rngs)
+        )
+
+    @staticmethod
+    def _learned_positions(cfg, rngs):
+        if cfg.position != "learned":
+            return None
+        init = nnx.initializers.normal(stddev=0.02)
+        return nnx.Param(init(rngs.params(), (cfg.max_len, cfg.d_model), jnp.float32))
+
+    @staticmethod
+    def _relative_bias(cfg, *, bidirectional, rngs):
+        if cfg.position != "relative":
+            return None
+        return RelativePositionBias(
+            cfg.num_heads,
+            bidirectional=bidirectional,
+            num_buckets=cfg.relative_buckets,
+            max_distance=cfg.relative_max_distance,
+            rngs=rngs,
+        )
+
+    # ----------------------------------------------------------------------------- embedding
+
+    @property
+    def target_embedding(self) -> Embed:
+        return self.src_embed if self.tgt_embed is None else self.tgt_embed
+
+    def _embed(self, tokens, positions, embed: Embed, table, keys):
+        """Scaled token embedding plus absolute positions (sinusoidal / learned)."""
+        cfg = self.cfg
+        x = embed(tokens) * math.sqrt(cfg.d_model)  # [B, T, d] float32
+        if cfg.position == "sinusoidal":
+            x = x + sinusoids(positions, cfg.d_model)
+        elif cfg.position == "learned":
+            x = x + jnp.take(table[...], positions, axis=0)
+        return dropout(x, cfg.dropout_rate, keys)  # residual stream stays float32
+
+    def _check_length(self, length: int, what: str):
+        if self.cfg.position == "learned" and length > self.cfg.max_len:
+            raise ValueError(
+                f"{what} length {length} exceeds max_len={self.cfg.max_len} of the learned "
+                f"position table; truncate the input or raise model.max_len"
+            )
+
+    def _position_bias(self, relative: RelativePositionBias | None, q_pos, k_pos):
+        if self.cfg.position == "alibi":
+            return alibi_bias(q_pos, k_pos, self.cfg.num_heads)
+        if self.cfg.position == "relative":
+            return relative(q_pos, k_pos)
+        return None
+
+    def _rope(self, positions):
+        return positions if self.cfg.position == "rope" else None
+
+    # -------------------------------------------------------------------------------- encoder
+
+    def encode(
+        self,
+        src: jax.Array,
+        *,
+        src_segments: jax.Array | None = None,
+        src_positions: jax.Array | None = None,
+        keys: KeySeq | None = None,
+        record: dict | None = None,
+        head_mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """src [B, S] -> encoder output [B, S, d]. head_mask: [layers, H] of 0/1 (analysis)."""
+        self._check_length(src.shape[1], "source")
+        src_segments, src_positions = masks.default_segments(src, src_segments, src_positions)
+        x = self._embed(src, src_positions, self.src_embed, self.src_positions, keys)
+        ctx = masks.SelfAttentionInputs(
+            mask=masks.segment_mask(src_segments, src_segments),
+            bias=self._position_bias(self.encoder_relative, src_positions, src_positions),
+            rope_positions=self._rope(src_positions),
+        )
+        for i, layer in enumerate(self.encoder_layers):
+            layer_record = _layer_record(record, i)
+            x = layer(x, ctx, keys, layer_record, None if head_mask is None else head_mask[i])
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x
+
+    # -------------------------------------------------------------------------------- decoder
+
+    def cross_kv(self, encoded: jax.Array) -> list[tuple[jax.Array, jax.Array]]:
+        """Cross-attention keys/values of every decoder layer, computed once per source."""
+        return [layer.cross_attention.project_kv(encoded) for layer in self.decoder_layers]
+
+    def decode(
+        self,
+        encoded: jax.Array,
+        src_segments: jax.Array,
+        tgt_in: jax.Array,
+        *,
+        tgt_segments: jax.Array | None = None,
+        tgt_positions: jax.Array | None = None,
+        cross_kv: list | None = None,
+        cache: Cache | None = None,
+        cache_index: jax.Array | None = None,
+        keys: KeySeq | None = None,
+        record: dict | None = None,
+        head_mask: jax.Array | None = None,
+    ) -> tuple[jax.Array, Cache | None]:
+        """Decoder pass: returns (float32 logits [B, T, V], updated cache or None).
+
+        Teacher forcing: cache None, tgt_in [B, T] (BOS first). Cached decoding: tgt_in holds
+        the tokens at positions cache_index..cache_index+T-1 (T = 1 per step); src_segments
+        [B, S] marks source padding with 0. head_mask: [layers, 2, H] (self, cross).
+        """
+        b, t = tgt_in.shape
+        if cache is None:
+            self._check_length(t, "target")
+            tgt_segments, tgt_positions = masks.default_segments(
+                tgt_in, tgt_segments, tgt_positions
+            )
+            k_positions = tgt_positions
+            self_mask = masks.segment_mask(tgt_segments, tgt_segments) & masks.causal_mask(t, t)
+        else:
+            cache_len = cache[0]["k"].shape[2] if cache else self.cfg.max_len
+            tgt_positions = cache_index + jnp.broadcast_to(jnp.arange(t), (b, t))
+            tgt_segments = jnp.ones((b, t), jnp.int32)
+            k_positions = jnp.broadcast_to(jnp.arange(cache_len), (b, cache_len))
+            # The cache is the only mask needed: slot j is filled iff j <= the query's position.
+            self_mask = (k_positions[:, None, :] <= tgt_positions[:, :, None])[:, None]
+        x = self._embed(tgt_in, tgt_positions, self.target_embedding, self.tgt_positions, keys)
+        ctx = masks.SelfAttentionInputs(
+            mask=self_mask,
+            bias=self._position_bias(self.decoder_relative, tgt_positions, k_positions),
+            rope_positions=self._rope(tgt_positions),
+        )
+        cross_mask = masks.segment_mask(tgt_segments, src_segments)
+        if cross_kv is None:
+            cross_kv = self.cross_kv(encoded)
+        new_cache = [] if cache is not None else None
+        for i, layer in enumerate(self.decoder_layers):
+            x, layer_cache = layer(
+                x,
+                ctx,
+                cross_kv[i],
+                cross_mask,
+                keys,
+                cache=None if cache is None else cache[i],
+                cache_index=cache_index,
+                record=_layer_record(record, i),
+                head_masks=(None, None)
+                if head_mask is None
+                else (head_mask[i, 0], head_mask[i, 1]),
+            )
+            if new_cache is not None:
+                new_cache.append(layer_cache)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.logits(x), new_cache
+
+    def logits(self, x: jax.Array) -> jax.Array:
+        """Final projection in float32 (logits, softmax and loss stay float32 under bf16)."""
+        if self.output is None:
+            return self.target_embedding.attend(x)
+        return jnp.dot(x.astype(jnp.float32), self.output.kernel[...])
+
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> Cache:
+        """Zeroed self-attention KV cache: per layer {'k', 'v'} [B, K, max_len, D]."""
+        cfg = self.cfg
+        shape = (batch_size, cfg.kv_heads, max_len or cfg.max_len, cfg.head_dim)
+        zeros = jnp.zeros(shape, _dtype(cfg))
+        return [{"k": zeros, "v": zeros} for _ in range(cfg.num_decoder_layers)]
+
+    # ------------------------------------------------------------------------------- forward
+
+    def __call__(
+        self,
+        src: jax.Array,
+        tgt_in: jax.Array,
+        *,
+        src_segments: jax.Array | None = None,
+        tgt_segments: jax.Array | None = None,
+        src_positions: jax.Array | None = None,
+        tgt_positions: jax.Array | None = None,
+        deterministic: bool = True,
+        dropout_rng: jax.Array | None = None,
+    ) -> jax.Array:
+        """Teacher-forced forward pass: src [B, S], tgt_in [B, T] -> logits [B, T, V] float32."""
+        if not deterministic and dropout_rng is None:
+            raise ValueError("deterministic=False needs dropout_rng (a PRNG key for dropout)")
+        keys = None if deterministic else KeySeq(dropout_rng)
+        src_segments, src_positions = masks.default_segments(src, src_segments, src_positions)
+        encoded = self.encode(
+            src, src_segments=src_segments, src_positions=src_positions, keys=keys
+        )
+        logits, _ = self.decode(
+            encoded,
+            src_segments,
+            tgt_in,
+            tgt_segments=tgt_segments,
+            tgt_positions=tgt_positions,
+            keys=keys,
+        )
+        return logits
+
+
+def _residual_scale(cfg: ModelConfig, num_layers: int) -> float:
+    if cfg.residual_init_scale is not None:
+        return cfg.residual_init_scale
+    return 1.0 / math.sqrt(2 * max(num_layers, 1))
+
+
+def _record(record: dict | None, kind: str, probs: jax.Array):
+    if record is not None:
+        record[kind] = probs
+
+
+def _layer_record(record: dict | None, index: int) -> dict | None:
+    if record is None:
+        return None
+    return record.setdefault(index, {})
+
+
+def count_params(model: nnx.Module) -> int:
+    state = nnx.state(model, nnx.Param)
+    return sum(x.size for x in jax.tree.leaves(state))
+
+
+def param_shapes(cfg: ModelConfig) -> Any:
+    """Builds the model abstractly (no allocation) and returns its parameter shapes."""
+    abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+    return nnx.state(abstract, nnx.Param)

@@ -1,0 +1,7 @@
+"""Research tools built on whole runs: sweeps of config variants x seeds with their tables
+and plots (sweep), attention analysis and head masking (analysis), and the README/result
+tables rendered from eval JSON files (report).
+
+Imports from: transformer.common, transformer.model, transformer.data, transformer.scoring,
+transformer.inference, transformer.training, transformer.evaluation.
+"""

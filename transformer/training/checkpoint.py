@@ -1,0 +1,246 @@
+"""Orbax checkpoints of the train state, data-iterator state and run metadata.
+
+Saves are asynchronous and atomic: Orbax writes into a temporary directory and renames it
+when complete, so a save killed half-way never spoils an earlier checkpoint. Retention keeps
+the `keep` most recent checkpoints plus the best one by validation BLEU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import orbax.checkpoint as ocp
+from etils import epath
+from orbax.checkpoint import checkpoint_managers as policies
+
+from transformer.common.errors import UserError
+
+
+class Checkpointer:
+    def __init__(self, workdir: str, *, keep: int = 3, read_only: bool = False):
+        self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+        self._saving = None  # step of the asynchronous save in flight
+        if read_only and not os.path.isdir(self.directory):
+            raise UserError(
+                f"no checkpoints in {self.directory}; train first with "
+                f"python train.py --config CONFIG --workdir {workdir}"
+            )
+        policy = policies.AnyPreservationPolicy(
+            [
+                policies.LatestN(n=max(keep, 1)),
+                policies.BestN(
+                    get_metric_fn=lambda m: m["bleu"], n=1, keep_checkpoints_without_metrics=False
+                ),
+            ]
+        )
+        options = ocp.CheckpointManagerOptions(
+            preservation_policy=policy,
+            create=not read_only,
+            enable_async_checkpointing=True,
+            read_only=read_only,
+        )
+        try:
+            self.manager = ocp.CheckpointManager(
+                self.directory, options=options, item_names=("state", "data", "meta")
+            )
+        except (PermissionError, OSError) as e:
+            raise UserError(
+                f"cannot use checkpoint directory {self.directory} ({e.strerror or e}); "
+                f"choose a writable --workdir"
+            ) from None
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def best_step(self) -> int | None:
+        return self.manager.best_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(self, step: int, state: Any, data_state: dict, meta: dict, bleu: float | None):
+        metrics = None if bleu is None else {"bleu": float(bleu)}
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            data=ocp.args.JsonSave(data_state),
+            meta=ocp.args.JsonSave(meta),
+        )
+        # A failed asynchronous save surfaces only when the next save or wait() joins it;
+        # join it here first so the error names the step whose save failed.
+        self.wait()
+        try:
+            self.manager.save(step, args=args, metrics=metrics, force=True)
+        except _SAVE_ERRORS as e:
+            raise UserError(_save_error(self.directory, step, e)) from None
+        self._saving = step
+
+    def wait(self):
+        """Blocks until the pending asynchronous save is complete (errors surface here)."""
+        try:
+            self.manager.wait_until_finished()
+        except _SAVE_ERRORS as e:
+            raise UserError(_save_error(self.directory, self._saving, e)) from None
+        self._saving = None
+
+    def resolve_step(self, which: str | int | None) -> int:
+        """'latest' | 'best' | a step number -> an existing step, or a one-line error."""
+        steps = self.all_steps()
+        if not steps:
+            raise UserError(f"no checkpoint in {self.directory}; train first (train.py)")
+        if which in (None, "latest"):
+            return steps[-1]
+        if which == "best":
+            best = self.best_step()
+            if best is None:
+                raise UserError(
+                    f"no checkpoint in {self.directory} has a validation BLEU yet; "
+                    f"use --checkpoint=latest"
+                )
+            return best
+        try:
+            step = int(which)
+        except ValueError:
+            raise UserError(f"--checkpoint={which!r}: use latest, best or a step number") from None
+        if step not in steps:
+            raise UserError(f"no checkpoint at step {step} in {self.directory}; have {steps}")
+        return step
+
+    def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict, dict]:
+        """Restores (state, data_state, meta) at `step` into the structure of abstract_state."""
+        args = ocp.args.Composite(
+            state=ocp.args.StandardRestore(_with_default_sharding(abstract_state)),
+            data=ocp.args.JsonRestore(),
+            meta=ocp.args.JsonRestore(),
+        )
+        restored = self._restore_checked(step, abstract_state, args)
+        return restored.state, restored.data, restored.meta
+
+    def restore_params(self, step: int, abstract_params: Any) -> tuple[Any, dict]:
+        """Restores only the parameters at `step` (and the run metadata): a partial restore
+        that never reads the optimizer state, about twice the parameters' size under Adam.
+        Returns (params, meta)."""
+        target = {"params": _with_default_sharding(abstract_params)}
+        args = ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(
+                item=target,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                partial_restore=True,
+            ),
+            meta=ocp.args.JsonRestore(),
+        )
+        restored = self._restore_checked(step, target, args)
+        return restored.state["params"], restored.meta
+
+    def _restore_checked(self, step: int, abstract_state: Any, args):
+        """manager.restore(step, args) after comparing abstract_state's parameter shapes with
+        the checkpoint's; any mismatch is one UserError naming the parameters."""
+        # Shapes are compared from the metadata first: a restore that fails on them leaves
+        # Orbax's asyncio reads failing in the background, which print tracebacks at exit.
+        what = _shape_differences(os.path.join(self.directory, str(step), "state"), abstract_state)
+        if not what:
+            try:
+                return self.manager.restore(step, args=args)
+            except (ValueError, KeyError) as e:
+                what = _first_line(e)
+        self.close()
+        raise UserError(
+            f"checkpoint {self.directory}/{step} does not match the model config ({what}); "
+            "use the config the run was trained with"
+        )
+
+    def close(self):
+        self.manager.close()
+
+
+def _leaf_name(path) -> str:
+    """'params.encoder_layers.0.ff.wi.kernel.value': Orbax's name for a pytree leaf."""
+    parts = []
+    for key in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+    return ".".join(parts)
+
+
+def _shape_differences(state_dir: str, abstract_state: Any, limit: int = 3) -> str:
+    """The parameters whose stored shapes differ from the config's, as one short phrase
+    ('' when the checkpoint's metadata cannot be read)."""
+    import jax
+
+    try:
+        # The item's handler reads only the item's own metadata; a Checkpointer would also
+        # look for step-level metadata in `state_dir` and log a warning that it is absent.
+        metadata = ocp.StandardCheckpointHandler().metadata(epath.Path(state_dir))
+        stored = getattr(metadata, "tree", None)
+        stored = {m.name: tuple(m.shape) for m in jax.tree.leaves(stored) if hasattr(m, "name")}
+    except Exception:  # noqa: BLE001 - only a better message is at stake
+        return ""
+    wanted = {_leaf_name(path): tuple(leaf.shape)
+              for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)}  # fmt: skip
+    params = sorted(name for name in wanted.keys() | stored.keys() if name.startswith("params."))
+    differ = [n for n in params if n in wanted and n in stored and wanted[n] != stored[n]]
+    parts = [f"{n[len('params.'):]}: checkpoint {stored[n]}, config {wanted[n]}"
+             for n in differ[:limit]]  # fmt: skip
+    if len(differ) > limit:
+        parts.append(f"{len(differ) - limit} more shapes differ")
+    only_stored = [n for n in params if n not in wanted]
+    only_wanted = [n for n in params if n not in stored]
+    if only_stored:
+        parts.append(f"{len(only_stored)} arrays only in the checkpoint, e.g. {only_stored[0]}")
+    if only_wanted:
+        parts.append(f"{len(only_wanted)} arrays only in the config, e.g. {only_wanted[0]}")
+    return "; ".join(parts)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+# Orbax writes through TensorStore, whose I/O errors are ValueErrors carrying an absl status
+# and the OS error code ('RESOURCE_EXHAUSTED: ... No space left on device [os_error_code=28]'),
+# not OSErrors; both must end as the one-line UserError, not a traceback.
+_SAVE_ERRORS = (OSError, ValueError)
+
+
+def _save_error(directory: str, step, e: Exception) -> str:
+    reason = _io_reason(e)
+    return (
+        f"saving checkpoint {step} in {directory} failed ({reason}); earlier checkpoints are "
+        f"intact; free disk space or choose a writable --workdir, then rerun to resume"
+    )
+
+
+def _io_reason(e: Exception) -> str:
+    """'No space left on device', 'Permission denied', ... from an OSError or a TensorStore
+    error; otherwise the status code or first line of the message."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    text = " ".join(str(e).split())
+    code = re.search(r"os_error_code='?(\d+)", text)
+    if code:
+        return os.strerror(int(code.group(1)))
+    status = re.match(r"([A-Z_]{4,}):", text)
+    return status.group(1) if status else _first_line(e)
+
+
+def _with_default_sharding(tree: Any) -> Any:
+    """Gives shape-only leaves (jax.eval_shape output) this process's first device.
+
+    Without a sharding Orbax restores with the sharding saved in the checkpoint, which names
+    the devices of the run that wrote it: a checkpoint written by several processes or devices
+    then fails to load elsewhere ("Topology mismatch"), e.g. in eval.py on one machine.
+    """
+    import jax
+
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def leaf(x):
+        if isinstance(x, jax.ShapeDtypeStruct) and x.sharding is None:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device)
+        return x
+
+    return jax.tree.map(leaf, tree)

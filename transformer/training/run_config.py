@@ -1,0 +1,183 @@
+"""Run configs: validation against the base config, and the copy saved in each workdir."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import ml_collections
+
+from transformer.common.errors import UserError
+from transformer.common.fileio import atomic_write
+from transformer.model.config import ModelConfig
+from transformer.training.base_config import get_base_config
+from transformer.training.optim import check_schedule
+from transformer.training.parallel import check_parallelism
+
+CONFIG_FILE = "config.json"
+
+
+def _base():
+    return get_base_config()
+
+
+def load_config_module(path: str | os.PathLike, what: str = "config"):
+    """The Python module of a config file, loaded by path (the config files live outside the
+    package, so they are not imported by name); it must define get_config()."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise UserError(f"{what} {path} not found")
+    name = "_config_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise UserError(f"{path} has no get_config()")
+    return module
+
+
+def load_config_file(path: str | os.PathLike) -> ml_collections.ConfigDict:
+    """The ConfigDict of a run config file: what train.py --config PATH loads."""
+    return load_config_module(path).get_config()
+
+
+def validate(config: ml_collections.ConfigDict) -> ModelConfig:
+    """Rejects unknown sections/keys and invalid values with one-line errors; returns the
+    ModelConfig (its vocab_size None while it follows the tokenizer: `resolve_vocab_size`).
+    Runs before any work starts."""
+    base = _base()  # its sections and keys are the valid ones
+    for section in config:
+        if section not in base:
+            raise UserError(f"unknown config section {section!r}; valid: {', '.join(base)}")
+    for section in base:
+        if section not in config:
+            raise UserError(f"config has no {section!r} section; start from configs/base.py")
+        unknown = sorted(set(config[section]) - set(base[section]))
+        if unknown:
+            raise UserError(
+                f"unknown config key(s) {', '.join(f'{section}.{k}' for k in unknown)}; "
+                f"valid keys: {', '.join(sorted(base[section]))}"
+            )
+    try:
+        model_cfg = ModelConfig.from_dict(config.model)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"config.model: {e}") from None
+    t = config.train
+    check_schedule(t.schedule)
+    check_parallelism(t.parallelism, t.fsdp)
+    for name in ("num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
+                 "grad_accum_steps", "batch_size"):  # fmt: skip
+        if not isinstance(t[name], int) or t[name] < 1:
+            raise UserError(f"train.{name} must be a positive integer, got {t[name]!r}")
+    if t.batch_size % t.grad_accum_steps:
+        raise UserError(
+            f"train.batch_size={t.batch_size} must be divisible by "
+            f"train.grad_accum_steps={t.grad_accum_steps}"
+        )
+    if not 0 <= t.label_smoothing < 1:
+        raise UserError(f"train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
+    if not 0 <= t.scheduled_sampling_rate <= 1:
+        raise UserError(
+            f"train.scheduled_sampling_rate must be in [0, 1], got {t.scheduled_sampling_rate}"
+        )
+    if t.learning_rate <= 0:
+        raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
+    if config.model.share_embeddings and not config.data.shared_vocab:
+        raise UserError(
+            "model.share_embeddings=True needs data.shared_vocab=True (one vocabulary); "
+            "set one of them differently"
+        )
+    from transformer.data import check_vocab_config, make_layout
+    from transformer.inference.translator import DecodeSettings
+
+    check_vocab_config(config.data)
+    make_layout(config)  # batching and length limits
+    DecodeSettings.from_config(config.decode)
+    return model_cfg
+
+
+def resolve_vocab_size(config: ml_collections.ConfigDict, src_tok, tgt_tok) -> int:
+    """The one vocabulary-size rule: the model's embedding rows (`model.vocab_size`) are the
+    tokenizers' piece count unless set, and a set value must cover every piece.
+    `data.vocab_size` only asks SentencePiece for a size, which a small corpus may not reach.
+    Sets config.model.vocab_size and returns it."""
+    pieces = max(src_tok.vocab_size, tgt_tok.vocab_size)
+    rows = config.model.vocab_size
+    if rows is None:
+        rows = config.model.vocab_size = pieces
+    elif rows < pieces:
+        raise UserError(
+            f"the vocabulary has {pieces} pieces but model.vocab_size={rows}; leave "
+            f"model.vocab_size unset to follow the tokenizer, or set it to at least {pieces}"
+        )
+    return rows
+
+
+def save(config: ml_collections.ConfigDict, workdir: str) -> None:
+    atomic_write(os.path.join(workdir, CONFIG_FILE), config.to_json(indent=2, sort_keys=True))
+
+
+def load(workdir: str) -> ml_collections.ConfigDict:
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise UserError(
+            f"{path} not found: {workdir} is not a training workdir; train first with "
+            f"python train.py --config CONFIG --workdir {workdir}"
+        )
+    with open(path) as f:
+        values = json.load(f)
+    config = _base()
+    for section, fields in values.items():
+        for key, value in fields.items():
+            if section in config and key in config[section]:
+                setattr(config[section], key, value)
+    if "vocab_size" not in values.get("data", {}):
+        # A run saved before data.vocab_size existed asked SentencePiece for model.vocab_size.
+        config.data.vocab_size = config.model.vocab_size
+    return config
+
+
+def check_same_model(config, workdir: str) -> None:
+    """On resume, the model section must match the one the checkpoints were trained with."""
+    if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+        return
+    saved = load(workdir).model
+    # An unset model.vocab_size is resolved from the tokenizer later and compared then.
+    diffs = [f"{k}: {saved[k]!r} -> {config.model[k]!r}" for k in config.model
+             if saved.get(k) != config.model[k]
+             and not (k == "vocab_size" and config.model[k] is None)]  # fmt: skip
+    if diffs:
+        raise UserError(
+            f"the model config differs from the one {workdir} was trained with "
+            f"({'; '.join(diffs)}); use a new --workdir or the original model settings"
+        )
+
+
+def apply_overrides(config, overrides: list[str]) -> None:
+    """`section.key=value` strings (eval.py/decode.py `--config.decode.x=...`)."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        section, _, field = key.partition(".")
+        if section not in config or field not in config[section]:
+            raise UserError(f"unknown config key {key!r}; valid sections: {', '.join(config)}")
+        # A placeholder field (None until set, e.g. model.vocab_size) keeps its declared type.
+        kind = config[section].get_ref(field).get_type()
+        config[section][field] = _parse_as(value, kind, key)
+
+
+def _parse_as(value: str, kind: type, key: str):
+    if value.lower() in ("none", "null") and kind is not str:
+        return None
+    try:
+        if kind is bool:
+            if value.lower() in ("true", "1", "yes"):
+                return True
+            if value.lower() in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if kind in (int, float):
+            return kind(value)
+    except ValueError:
+        raise UserError(f"--config.{key}={value!r}: expected type {kind.__name__}") from None
+    return value
