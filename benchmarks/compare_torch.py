@@ -211,7 +211,6 @@ def bench_train(model, args, meta) -> None:
 
 def bench_decode(model, args, meta) -> None:
     import torch
-    from transformers import GenerationConfig
 
     gen = torch.Generator().manual_seed(args.seed + 2)
     src = random_tokens(gen, BATCH, SOURCE_LEN)
@@ -220,24 +219,10 @@ def bench_decode(model, args, meta) -> None:
     torch.manual_seed(args.seed + 3)  # sampling draws from the global generator
 
     for length in args.decode_lengths:
-        warmup, repeats = DEFAULT_DECODE_REPEATS.get(length, (1, 3))
-        if args.decode_repeats:
-            repeats = args.decode_repeats
-        if length == min(args.decode_lengths):
-            warmup = max(warmup, 1)  # the first (shortest) length always warms up
+        warmup, repeats = _decode_repeats(length, args)
         for mode in args.decode_modes:
             figure, kwargs = DECODE_MODES[mode]
-            gen_config = GenerationConfig(
-                max_new_tokens=length,
-                min_new_tokens=length,  # EOS masked until `length`: fixed work per call
-                use_cache=True,
-                pad_token_id=PAD_ID,
-                eos_token_id=EOS_ID,
-                decoder_start_token_id=BOS_ID,
-                bos_token_id=None,
-                forced_eos_token_id=None,
-                **kwargs,
-            )
+            gen_config = _generation_config(length, kwargs)
             shapes = []
 
             def call(gen_config=gen_config):
@@ -273,6 +258,33 @@ def bench_decode(model, args, meta) -> None:
                 emit(name, BATCH / call_s, "sentences/s", IMPL, args.json, **extra)
             else:
                 emit(name, new_tokens / call_s, "tokens/s", IMPL, args.json, **extra)
+
+
+def _decode_repeats(length: int, args) -> tuple[int, int]:
+    """(warm-up calls, measured calls) of the generate() figures at output `length`."""
+    warmup, repeats = DEFAULT_DECODE_REPEATS.get(length, (1, 3))
+    if args.decode_repeats:
+        repeats = args.decode_repeats
+    if length == min(args.decode_lengths):
+        warmup = max(warmup, 1)  # the first (shortest) length always warms up
+    return warmup, repeats
+
+
+def _generation_config(length: int, mode_kwargs: dict):
+    """generate() settings of one decoding mode that emit exactly `length` new tokens."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=length,
+        min_new_tokens=length,  # EOS masked until `length`: fixed work per call
+        use_cache=True,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+        bos_token_id=None,
+        forced_eos_token_id=None,
+        **mode_kwargs,
+    )
 
 
 def main(argv=None) -> int:

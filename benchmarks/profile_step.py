@@ -114,7 +114,7 @@ def build_decode(config, mode: str, length: int):
         **common.forced_length_overrides(mode, length, rows),
     )
     translator = Translator(graphdef, model_cfg, settings, None, None)
-    compiled = translator._decode_fn.lower(params, src, row_ids, max_out=length).compile()
+    compiled = translator._translate_fn.lower(params, src, row_ids, max_out=length).compile()
     return (lambda: compiled(params, src, row_ids)), compiled.as_text()
 
 

@@ -1,8 +1,9 @@
-"""Attention analysis: recorded probabilities, head statistics and flags, head masking, CLI."""
+"""Attention analysis: captured probabilities, head statistics and flags, head masking, CLI."""
 
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,7 +13,17 @@ from tests.helpers import tiny_config
 from transformer import ModelConfig, Transformer
 from transformer.cli import analyze as analyze_cli
 from transformer.common.errors import UserError
-from transformer.research import analysis as an
+from transformer.common.special_ids import BOS_ID
+from transformer.inference.translator import DecodeSettings, Translator
+from transformer.model.masks import shift_right
+from transformer.research.attention_stats import KINDS, collect_attention, flag_heads
+from transformer.research.head_masking import (
+    HeadAnalyzer,
+    head_masks,
+    parse_mask_spec,
+    set_head_masks,
+    with_head_masks,
+)
 
 
 def _model(**kw):
@@ -35,11 +46,11 @@ def _batch():
 def test_attention_rows_sum_to_one_for_real_queries():
     cfg, model = _model(position="rope")
     b = _batch()
-    tgt_in = an.shift_right(jnp.asarray(b["tgt"]), jnp.asarray(b["tgt_segments"]), an.BOS_ID)
-    probs, logits = an.collect_attention(model, jnp.asarray(b["src"]), tgt_in)
+    tgt_in = shift_right(jnp.asarray(b["tgt"]), jnp.asarray(b["tgt_segments"]), BOS_ID)
+    probs, logits = collect_attention(model, jnp.asarray(b["src"]), tgt_in)
     assert logits.shape == (3, 7, 50)
     real = {"encoder_self": b["src"] != 0, "decoder_self": b["tgt"] != 0, "cross": b["tgt"] != 0}
-    for kind in an.KINDS:
+    for kind in KINDS:
         assert len(probs[kind]) == 2
         for p in probs[kind]:
             p = np.asarray(p)
@@ -54,12 +65,12 @@ def test_uniform_head_is_flagged_dead_and_statistics_are_shares():
     q.kernel[...] = jnp.zeros_like(q.kernel[...])
     q.bias[...] = jnp.zeros_like(q.bias[...])
     graphdef, params = nnx.split(model)
-    analyzer = an.HeadAnalyzer(graphdef, params, cfg, [_batch()])
+    analyzer = HeadAnalyzer(graphdef, params, cfg, [_batch()])
     result = analyzer.evaluate(with_stats=True)
     ent = result.stats["encoder_self"]["entropy"]
     np.testing.assert_allclose(ent[0], 1.0, atol=1e-5)  # uniform over the visible keys
     assert (ent[1] < 0.999).all()
-    flags = an.flag_heads(result.stats)
+    flags = flag_heads(result.stats)
     assert {"encoder_self:0:0", "encoder_self:0:1"} <= set(flags["dead"])
     for kind, stats in result.stats.items():
         for name, values in stats.items():
@@ -77,30 +88,61 @@ def test_masking_heads_changes_logits_only_when_something_is_masked():
     cfg, model = _model()
     b = _batch()
     src = jnp.asarray(b["src"])
-    tgt_in = an.shift_right(jnp.asarray(b["tgt"]), jnp.asarray(b["tgt_segments"]), an.BOS_ID)
-    _, plain = an.collect_attention(model, src, tgt_in)
-    _, ones = an.collect_attention(model, src, tgt_in, head_mask=an.head_masks(cfg))
+    tgt_in = shift_right(jnp.asarray(b["tgt"]), jnp.asarray(b["tgt_segments"]), BOS_ID)
+    _, plain = collect_attention(model, src, tgt_in)
+    set_head_masks(model, head_masks(cfg))
+    _, ones = collect_attention(model, src, tgt_in)
     np.testing.assert_array_equal(np.asarray(plain), np.asarray(ones))
     for spec in ("encoder:1:0,encoder:1:1", "cross:0:0,cross:0:1", "decoder:1:0,decoder:1:1"):
-        masked = an.head_masks(cfg, an.parse_mask_spec(spec, cfg))
-        _, out = an.collect_attention(model, src, tgt_in, head_mask=masked)
+        set_head_masks(model, head_masks(cfg, parse_mask_spec(spec, cfg)))
+        _, out = collect_attention(model, src, tgt_in)
         assert np.abs(np.asarray(out) - np.asarray(plain)).max() > 1e-4, spec
+    set_head_masks(model, None)
     graphdef, params = nnx.split(model)
-    analyzer = an.HeadAnalyzer(graphdef, params, cfg, [b])
+    analyzer = HeadAnalyzer(graphdef, params, cfg, [b])
     assert analyzer.evaluate().loss == analyzer.evaluate(with_stats=True).loss
     assert analyzer.evaluate([("encoder_self", 0, 0)]).loss != analyzer.evaluate().loss
 
 
 def test_parse_mask_spec_rejects_bad_items():
     cfg, _ = _model()
-    assert an.parse_mask_spec("encoder:0:1, cross:1:0", cfg) == [
+    assert parse_mask_spec("encoder:0:1, cross:1:0", cfg) == [
         ("encoder_self", 0, 1), ("cross", 1, 0)]  # fmt: skip
     for bad in ("encoder:2:0", "cross:0:5", "foo:0:0", "encoder:0", ""):
         try:
-            an.parse_mask_spec(bad, cfg)
+            parse_mask_spec(bad, cfg)
         except UserError:
             continue
         raise AssertionError(f"{bad!r} accepted")
+
+
+def test_attention_is_stored_only_while_captured():
+    cfg, model = _model()
+    src, tgt_in = jnp.asarray(_batch()["src"]), jnp.ones((3, 7), jnp.int32)
+    graphdef, params = nnx.split(model, nnx.Param)
+    # The plain forward pass (what training traces) returns the logits and nothing else.
+    jaxpr = jax.make_jaxpr(lambda p: nnx.merge(graphdef, p)(src, tgt_in))(params)
+    assert len(jaxpr.jaxpr.outvars) == 1
+    collect_attention(model, src, tgt_in)
+    model(src, tgt_in)
+    assert not jax.tree.leaves(nnx.state(model, nnx.Intermediate))
+    set_head_masks(model, head_masks(cfg))
+    set_head_masks(model, None)
+    assert nnx.graphdef(model) == graphdef  # masks and switches leave no trace once off
+
+
+def test_translator_decodes_with_the_head_masks_in_its_state():
+    cfg, model = _model()
+    graphdef, params = nnx.split(model, nnx.Param)
+    settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6, batch_size=3)
+    sources = [list(map(int, row[row != 0])) for row in _batch()["src"]]
+    plain = Translator(graphdef, cfg, settings, None, None).translate_ids(params, sources)
+    masked_graphdef, ones = with_head_masks(graphdef, params, head_masks(cfg))
+    translator = Translator(masked_graphdef, cfg, settings, None, None)
+    assert translator.translate_ids(ones, sources) == plain
+    everything = [(kind, layer, head) for kind in KINDS for layer in range(2) for head in range(2)]
+    _, silenced = with_head_masks(graphdef, params, head_masks(cfg, everything))
+    assert translator.translate_ids(silenced, sources) != plain
 
 
 @pytest.mark.slow

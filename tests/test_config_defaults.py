@@ -1,6 +1,7 @@
-"""One source of truth for defaults: configs/base.py's `model` and `decode` sections hold
-exactly the fields of ModelConfig and DecodeSettings, with the same default values, and the
-config sections are the ones run_config and the sweep accept."""
+"""One source of truth for defaults: the base config's (transformer/training/base_config.py)
+`model` and `decode` sections hold exactly the fields of ModelConfig and DecodeSettings, with
+the same default values, and the config sections are the ones run_config and the sweep
+accept."""
 
 import dataclasses
 
@@ -16,7 +17,7 @@ def test_base_section_matches_the_dataclass_field_by_field(section, cls):
     fields = {f.name: f.default for f in dataclasses.fields(cls)}
     assert sorted(base.keys()) == sorted(fields), (section, cls.__name__)
     differ = {k: (base[k], v) for k, v in fields.items() if base[k] != v}
-    assert not differ, f"configs/base.py {section} vs {cls.__name__} defaults: {differ}"
+    assert not differ, f"base config {section} vs {cls.__name__} defaults: {differ}"
 
 
 def test_dataclass_defaults_build_and_validate():

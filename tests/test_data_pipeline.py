@@ -10,9 +10,9 @@ import pytest
 import tensorflow_datasets as tfds
 
 from transformer.common.errors import UserError
-from transformer.data import BATCH_KEYS, EOS_ID, load_split, make_datasets
-from transformer.data import sources as sources_lib
-from transformer.data.pipeline import PACK_MAX_WAIT, BatchLayout, _Planner
+from transformer.data import BATCH_KEYS, EOS_ID, load_split, make_datasets, text_splits
+from transformer.data.layout import BatchLayout
+from transformer.data.planner import PACK_MAX_WAIT, BatchPlanner
 from transformer.training.base_config import get_base_config
 
 tfds.disable_progress_bar()
@@ -148,7 +148,7 @@ def test_every_pair_once_per_epoch(corpus, workdir, batching):
 
 def _pack_stream(layout, src_len, tgt_len, stream):
     """Runs the pack planner over `stream`; yields (plan, ids left waiting after it)."""
-    planner = _Planner(layout, src_len, tgt_len)
+    planner = BatchPlanner(layout, src_len, tgt_len)
     for i in stream:
         plan = planner.add(int(i))
         if plan is not None:
@@ -194,7 +194,7 @@ def test_pack_state_from_open_rows_keeps_their_pairs():
     """A state saved by the earlier packer (open rows, no pool) loses and repeats nothing."""
     src_len, tgt_len = np.full(40, 5), np.full(40, 5)
     layout = BatchLayout("pack", 10, 10, 2, 0, 1)
-    planner = _Planner(layout, src_len, tgt_len)
+    planner = BatchPlanner(layout, src_len, tgt_len)
     planner.set_state({"rows": [[0, 1], [2]], "buckets": {}})
     plans = [p for i in range(3, 9) if (p := planner.add(i)) is not None] + planner.flush()
     assert sorted(j for p in plans for row in p["ids"] for j in row) == list(range(9))
@@ -328,8 +328,8 @@ def test_eval_batches_keep_everything_in_order(corpus, workdir):
                 assert not b["src_segments"][r].any() and not b["tgt_segments"][r].any()
                 continue
             decoded.append(int(i))
-            assert tok.decode(b["src"][r]) == ev.sources[i]
-            assert data.target_tokenizer.decode(b["tgt"][r]) == ev.targets[i]
+            assert tok.detokenize(b["src"][r]) == ev.sources[i]
+            assert data.target_tokenizer.detokenize(b["tgt"][r]) == ev.targets[i]
     assert decoded == list(range(11))
     assert list(ev.batch_indices(2)) == [8, 9, 10, -1]
     assert ev.num_truncated_sources == 0
@@ -354,14 +354,14 @@ def test_eval_batches_keep_everything_in_order(corpus, workdir):
 
 
 def test_encode_sources_and_source_batch(corpus, workdir):
-    from transformer.data import encode_sources, source_batch
+    from transformer.data import source_batch, tokenize_sources
 
     tok = make_datasets(make_config(corpus), workdir).source_tokenizer
     lines = ["the dog 1", "the big red house sees the old tree"]
-    limit = len(tok.encode(lines[0])) + 1
-    ids, truncated = encode_sources(lines, tok, limit)
+    limit = len(tok.tokenize(lines[0])) + 1
+    ids, truncated = tokenize_sources(lines, tok, limit)
     assert truncated == 1 and all(x[-1] == EOS_ID and len(x) <= limit for x in ids)
-    assert ids[0] == [*tok.encode("the dog 1"), EOS_ID]
+    assert ids[0] == [*tok.tokenize("the dog 1"), EOS_ID]
     b = source_batch(ids, rows=4, length=limit + 2)
     assert set(b) == {"src", "src_segments", "src_positions"}
     assert b["src"].shape == (4, limit + 2)
@@ -436,5 +436,5 @@ def test_synthetic_is_written_once_and_read_like_parallel_text(tmp_path, monkeyp
     assert len(load_split(cfg.data, "test", work)) == 5
     assert calls == [(30, 5, 0)]
     assert os.path.isfile(os.path.join(work, "synthetic_corpus", "train.en"))
-    assert sources_lib.synthetic_corpus_dir(cfg.data, work).endswith("synthetic_corpus")
+    assert text_splits.synthetic_corpus_dir(cfg.data, work).endswith("synthetic_corpus")
     assert calls == [(30, 5, 0)]

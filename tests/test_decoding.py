@@ -1,4 +1,5 @@
-"""Tests of transformer/decoding.py on hand-written logits functions (no model).
+"""Tests of transformer/inference/search.py and beam.py on hand-written logits functions
+(no model).
 
 Vocabulary: PAD=0, 1, BOS=2, EOS=3, 4, 5. PAD and BOS are never generated (-inf logits).
 The Markov test function has logits depending on the row's table, the step, the current
@@ -17,7 +18,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from transformer.inference import search as decoding
+from transformer.inference import search
+from transformer.inference.beam import BeamState, beam_search, beam_step
 
 PAD, BOS, EOS = 0, 2, 3
 V = 6
@@ -177,9 +179,9 @@ def _decoder(kind, max_len, **static):
         fn, cache = markov_fn(table, bonus), init_cache(rows)
         kw = dict(max_len=max_len, max_lens=max_lens, min_len=min_len, return_cache=True)
         if kind == "greedy":
-            out, c = decoding.greedy(fn, cache, **kw)
+            out, c = search.greedy(fn, cache, **kw)
         else:
-            out, c = decoding.sample(fn, cache, rngs=rngs, temperature=temperature, **kw, **static)
+            out, c = search.sample(fn, cache, rngs=rngs, temperature=temperature, **kw, **static)
         return out, c["count"][0]
 
     return run
@@ -212,8 +214,8 @@ def decode(
 def _beam(batch_size, beam_size, max_len, n_best):
     @jax.jit
     def run(table, bonus, rows, max_lens, min_len, alpha):
-        cache = decoding.expand_to_beams(init_cache(rows), beam_size)
-        out, c = decoding.beam_search(
+        cache = search.expand_to_beams(init_cache(rows), beam_size)
+        out, c = beam_search(
             markov_fn(table, bonus),
             cache,
             batch_size=batch_size,
@@ -258,7 +260,7 @@ def confident_tables():
 # filter_logits
 # --------------------------------------------------------------------------------------
 
-_filter = jax.jit(decoding.filter_logits, static_argnames="top_k")
+_filter = jax.jit(search.filter_logits, static_argnames="top_k")
 LOGITS = np.log(np.array([0.4, 0.3, 0.2, 0.1], np.float32))
 
 
@@ -268,10 +270,10 @@ def kept(x):
 
 def test_top_k_keeps_exactly_k_with_index_tie_break():
     x = np.array([[1.0, 3.0, 3.0, 3.0, 0.0, 2.0]], np.float32)
-    assert kept(decoding.filter_logits(x, top_k=2)[0]) == {1, 2}
-    assert kept(decoding.filter_logits(x, top_k=4)[0]) == {1, 2, 3, 5}
-    assert kept(decoding.filter_logits(x, top_k=0)[0]) == set(range(6))
-    out = np.asarray(decoding.filter_logits(x, top_k=2)[0])
+    assert kept(search.filter_logits(x, top_k=2)[0]) == {1, 2}
+    assert kept(search.filter_logits(x, top_k=4)[0]) == {1, 2, 3, 5}
+    assert kept(search.filter_logits(x, top_k=0)[0]) == set(range(6))
+    out = np.asarray(search.filter_logits(x, top_k=2)[0])
     np.testing.assert_array_equal(out[[1, 2]], [3.0, 3.0])
     assert np.all(out[[0, 3, 4, 5]] == -np.inf)
 
@@ -285,8 +287,8 @@ def test_top_p_smallest_set_reaching_p_and_at_least_one():
     assert top_p(0.35) == {0}
     assert top_p(1e-9) == top_p(0.0) == {0}
     assert top_p(1.0) == {0, 1, 2, 3}
-    assert kept(decoding.filter_logits(LOGITS, top_p=0.65)) == {0, 1}  # static p
-    assert kept(decoding.filter_logits(LOGITS, top_p=1.0)) == {0, 1, 2, 3}
+    assert kept(search.filter_logits(LOGITS, top_p=0.65)) == {0, 1}  # static p
+    assert kept(search.filter_logits(LOGITS, top_p=1.0)) == {0, 1, 2, 3}
 
 
 def test_filter_order_temperature_then_top_k_then_top_p():
@@ -294,7 +296,7 @@ def test_filter_order_temperature_then_top_k_then_top_p():
     # .64 .36; top-p 0.6 then keeps only token 0.
     t, k, p = 0.5, 2, 0.6
     expected = kept(np_filter(LOGITS, t, k, p))
-    got = kept(decoding.filter_logits(LOGITS, temperature=t, top_k=k, top_p=p))
+    got = kept(search.filter_logits(LOGITS, temperature=t, top_k=k, top_p=p))
     assert got == expected == {0}
     # Every other order gives {0, 1}, so the order is really exercised.
     p_first = stage_t(stage_k(stage_p(LOGITS, p), k), t)  # top-p on unscaled probs
@@ -302,7 +304,7 @@ def test_filter_order_temperature_then_top_k_then_top_p():
     t_last = stage_t(stage_p(stage_k(LOGITS, k), p), t)  # temperature last
     assert kept(p_first) == kept(p_before_k) == kept(t_last) == {0, 1}
     # Kept values are the temperature-scaled logits.
-    out = np.asarray(decoding.filter_logits(LOGITS, temperature=2.0, top_k=3))
+    out = np.asarray(search.filter_logits(LOGITS, temperature=2.0, top_k=3))
     np.testing.assert_allclose(out[:3], LOGITS[:3] / 2.0, rtol=1e-6)
     assert out[3] == -np.inf
 
@@ -310,10 +312,10 @@ def test_filter_order_temperature_then_top_k_then_top_p():
 def test_filter_temperature_zero_keeps_argmax_static_and_traced():
     x = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 3.0]], np.float32)
     for temp in (0.0, jnp.float32(0.0)):
-        out = np.asarray(decoding.filter_logits(x, temperature=temp))
+        out = np.asarray(search.filter_logits(x, temperature=temp))
         assert kept(out[0]) == {1} and kept(out[1]) == {0}
     with pytest.raises(ValueError, match="temperature"):
-        decoding.filter_logits(x, temperature=-1.0)
+        search.filter_logits(x, temperature=-1.0)
 
 
 _quarter_logits = st.lists(st.integers(-16, 16).map(lambda i: i / 4.0), min_size=V, max_size=V).map(
@@ -357,7 +359,7 @@ def test_top_k_property_exact_count(logits, top_k):
     assert keep[np.argsort(-logits, kind="stable")[:top_k]].all()
 
 
-_candidates = jax.jit(decoding.top_candidates, static_argnames="top_k")
+_candidates = jax.jit(search.top_candidates, static_argnames="top_k")
 
 
 def scatter_candidates(values, ids, v):
@@ -385,18 +387,18 @@ def test_top_candidates_are_what_filter_logits_keeps(logits, temperature, top_k,
 
 def test_top_candidates_static_arguments_and_checks():
     x = np.array([[1.0, 3.0, 3.0, 0.0, 2.0, -1.0]], np.float32)
-    values, ids = decoding.top_candidates(x, temperature=0.5, top_k=3, top_p=0.9)
+    values, ids = search.top_candidates(x, temperature=0.5, top_k=3, top_p=0.9)
     np.testing.assert_array_equal(
         scatter_candidates(np.asarray(values), np.asarray(ids), V),
-        np.asarray(decoding.filter_logits(x, temperature=0.5, top_k=3, top_p=0.9)),
+        np.asarray(search.filter_logits(x, temperature=0.5, top_k=3, top_p=0.9)),
     )
     assert np.asarray(ids).tolist() == [[1, 2, 4]]
-    values, ids = decoding.top_candidates(x, temperature=0.0, top_k=3)  # greedy: one left
+    values, ids = search.top_candidates(x, temperature=0.0, top_k=3)  # greedy: one left
     assert np.asarray(ids).tolist() == [[1]] and np.asarray(values).tolist() == [[3.0]]
     with pytest.raises(ValueError, match="top_k >= 1"):
-        decoding.top_candidates(x, top_k=0)
+        search.top_candidates(x, top_k=0)
     with pytest.raises(TypeError, match="static Python int"):
-        decoding.top_candidates(x, top_k=jnp.int32(2))
+        search.top_candidates(x, top_k=jnp.int32(2))
 
 
 # --------------------------------------------------------------------------------------
@@ -441,11 +443,11 @@ def test_static_greedy_path_needs_no_rngs_and_runs_unjitted():
     table, bonus = confident_tables()
     ref, _ = decode("greedy", table, bonus, ROWS4, max_len=6)
     fn, cache = markov_fn(table, bonus), init_cache(ROWS4)
-    out = decoding.sample(fn, cache, rngs=None, max_len=6, temperature=0)  # max_lens=None
+    out = search.sample(fn, cache, rngs=None, max_len=6, temperature=0)  # max_lens=None
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_allclose(out.scores, ref.scores, rtol=1e-6)
     with pytest.raises(ValueError, match="rngs"):
-        decoding.sample(fn, cache, rngs=None, max_len=6)
+        search.sample(fn, cache, rngs=None, max_len=6)
 
 
 # --------------------------------------------------------------------------------------
@@ -536,7 +538,7 @@ def _fixed_sampler(**static):
     @jax.jit
     def run(rngs):
         cache = {"dummy": jnp.zeros((rngs.shape[0],))}
-        return decoding.sample(fn, cache, rngs=rngs, max_len=2, **static)
+        return search.sample(fn, cache, rngs=rngs, max_len=2, **static)
 
     return run
 
@@ -669,13 +671,136 @@ def test_beam_argument_checks():
     table, bonus = random_tables(0)
     fn, cache = markov_fn(table, bonus), init_cache([0, 1])
     with pytest.raises(ValueError, match="n_best"):
-        decoding.beam_search(fn, cache, batch_size=1, beam_size=2, max_len=3, n_best=3)
+        beam_search(fn, cache, batch_size=1, beam_size=2, max_len=3, n_best=3)
     with pytest.raises(ValueError, match="rows"):
-        decoding.beam_search(fn, cache, batch_size=2, beam_size=2, max_len=3)
+        beam_search(fn, cache, batch_size=2, beam_size=2, max_len=3)
 
 
 def test_expand_to_beams_layout():
     tree = {"a": jnp.arange(3), "b": jnp.arange(6).reshape(3, 2)}
-    out = decoding.expand_to_beams(tree, 2)
+    out = search.expand_to_beams(tree, 2)
     np.testing.assert_array_equal(out["a"], [0, 0, 1, 1, 2, 2])
     np.testing.assert_array_equal(out["b"][2:4], [[2, 3], [2, 3]])
+
+
+# --------------------------------------------------------------------------------------
+# One beam step from a known state
+# --------------------------------------------------------------------------------------
+
+# Next-token probabilities given the current token (PAD, 1, BOS, EOS, 4, 5).
+STEP_PROBS = np.array(
+    [[0, .25, 0, .25, .25, .25], [0, .06, 0, .6, .2, .14], [0, .25, 0, .25, .25, .25],
+     [0, .25, 0, .25, .25, .25], [0, .7, 0, .1, .1, .1], [0, .45, 0, .05, .4, .1]],
+    np.float32,
+)  # fmt: skip
+with np.errstate(divide="ignore"):
+    STEP_LOGP = np.log(STEP_PROBS)
+STEP_ALPHA, STEP_LIMITS, STEP_T = 0.6, np.array([4, 4], np.int32), 4
+
+
+def table_fn(tokens, step, cache):
+    """Fixed log-prob table; the new cache records each row's id and its input token."""
+    return jnp.asarray(STEP_LOGP)[tokens], {"row": cache["row"], "prev": tokens}
+
+
+def known_state(done=(False, False)):
+    """B=2 elements, K=2 beams, after one step (step 1); element 1 has finished [EOS]."""
+    live_seqs = np.full((2, 2, STEP_T), PAD, np.int32)
+    live_seqs[:, :, 0] = [[1, 4], [5, 1]]
+    fin_seqs = np.full((2, 2, STEP_T), PAD, np.int32)
+    fin_seqs[1, 0, 0] = EOS
+    return BeamState(
+        step=jnp.int32(1),
+        cache={"row": jnp.arange(4, dtype=jnp.int32), "prev": jnp.full((4,), BOS, jnp.int32)},
+        live_tok=jnp.asarray(live_seqs[:, :, 0]),
+        live_logp=jnp.log(jnp.array([[0.5, 0.3], [0.6, 0.2]], jnp.float32)),
+        live_seqs=jnp.asarray(live_seqs),
+        fin_scores=jnp.array([[-np.inf, -np.inf], [-3.0, -np.inf]], jnp.float32),
+        fin_seqs=jnp.asarray(fin_seqs),
+        fin_lens=jnp.array([[0, 0], [1, 0]], jnp.int32),
+        live_len=jnp.array([1, 1], jnp.int32),
+        done=jnp.array(done),
+    )
+
+
+def np_beam_step(s):
+    """NumPy reference of one step for each element: top 2K, live K, merged finished K."""
+    s = jax.tree.map(np.asarray, s)
+    step, (b, k) = int(s.step), s.live_tok.shape
+    live, fin = [], []
+    for e in range(b):
+        cand = (s.live_logp[e][:, None] + STEP_LOGP[s.live_tok[e]].astype(np.float64)).ravel()
+        top = np.argsort(-cand, kind="stable")[: 2 * k]
+        ext = [(cand[i], i // V, i % V) for i in top]  # (logp, parent, token)
+        alive = [x for x in ext if x[2] != EOS][:k]
+        seqs = [[*s.live_seqs[e, p, :step], t] for _, p, t in alive]
+        live.append(([x[0] for x in alive], [x[1] for x in alive], [x[2] for x in alive], seqs))
+        old = [(s.fin_scores[e, j], list(s.fin_seqs[e, j, : s.fin_lens[e, j]])) for j in range(k)]
+        new = [(lp / penalty(step + 1, STEP_ALPHA), [*s.live_seqs[e, p, :step], t])
+               for lp, p, t in ext if t == EOS]  # fmt: skip
+        fin.append(sorted(old + new, key=lambda h: -h[0])[:k])  # stable: old first on ties
+    return live, fin
+
+
+def run_beam_step(state):
+    new = beam_step(state, table_fn, limits=jnp.asarray(STEP_LIMITS), alpha=STEP_ALPHA)
+    return jax.tree.map(np.asarray, new)
+
+
+def test_beam_step_live_set_is_best_non_eos_expansions():
+    state = known_state()
+    new, (live, _) = run_beam_step(state), np_beam_step(state)
+    for e in range(2):
+        logp, _, tokens, seqs = live[e]
+        np.testing.assert_allclose(new.live_logp[e], logp, rtol=1e-6)
+        np.testing.assert_array_equal(new.live_tok[e], tokens)
+        np.testing.assert_array_equal(new.live_seqs[e, :, :2], seqs)
+        assert np.all(new.live_seqs[e, :, 2:] == PAD)
+    # By hand: element 0 keeps [4, 1] (.3 * .7) over [1, 4] (.5 * .2); [1, EOS] (.5 * .6)
+    # ranks first overall but is not live. Element 1 extends only its first beam.
+    np.testing.assert_allclose(new.live_logp, np.log([[0.21, 0.10], [0.27, 0.24]]), rtol=1e-5)
+    np.testing.assert_array_equal(new.live_seqs[:, :, :2], [[[4, 1], [1, 4]], [[5, 1], [5, 4]]])
+    assert int(new.step) == 2 and new.live_len.tolist() == [2, 2]
+
+
+def test_beam_step_moves_eos_hypotheses_to_finished_with_length_penalty():
+    state = known_state()
+    new, (_, fin) = run_beam_step(state), np_beam_step(state)
+    for e in range(2):
+        np.testing.assert_allclose(new.fin_scores[e], [h[0] for h in fin[e]], rtol=1e-5)
+        for j, (_, seq) in enumerate(fin[e]):
+            assert new.fin_lens[e, j] == len(seq)
+            assert unpad(new.fin_seqs[e, j], new.fin_lens[e, j]) == seq
+    # By hand: [1, EOS] of element 0 (p .5 * .6) and element 1 (p .2 * .6), length 2; in
+    # element 1 it beats the finished [EOS] scored -3.
+    pen2 = ((5 + 2) / 6) ** STEP_ALPHA
+    np.testing.assert_allclose(new.fin_scores[:, 0], np.log([0.3, 0.12]) / pen2, rtol=1e-5)
+    assert new.fin_scores[0, 1] == -np.inf and new.fin_scores[1, 1] == np.float32(-3.0)
+    np.testing.assert_array_equal(new.fin_lens, [[2, 0], [2, 1]])
+    # Early stop: element 0's best live beam, log(.21) / penalty(4), can no longer beat
+    # log(.3) / penalty(2); element 1's log(.27) / penalty(4) still beats log(.12) / pen2.
+    assert np.log(0.21) / penalty(4, STEP_ALPHA) < np.log(0.3) / pen2
+    assert new.done.tolist() == [True, False]
+
+
+def test_beam_step_gathers_cache_by_parent_beam():
+    state = known_state()
+    new, (live, _) = run_beam_step(state), np_beam_step(state)
+    parents = np.array([live[e][1] for e in range(2)])  # [B, K]
+    rows = (np.arange(2)[:, None] * 2 + parents).ravel()  # [B * K]
+    np.testing.assert_array_equal(new.cache["row"], rows)
+    np.testing.assert_array_equal(new.cache["prev"], np.asarray(state.live_tok).ravel()[rows])
+    # By hand: element 0 swaps its beams, element 1 copies beam 0 into both.
+    np.testing.assert_array_equal(new.cache["row"], [1, 0, 2, 2])
+    np.testing.assert_array_equal(new.cache["prev"], [4, 1, 5, 5])
+
+
+def test_beam_step_leaves_a_done_element_unchanged():
+    state = known_state(done=(True, False))
+    new, ref = run_beam_step(state), run_beam_step(known_state())
+    old = jax.tree.map(np.asarray, state)
+    for field in ("live_tok", "live_logp", "live_seqs", "fin_scores", "fin_seqs", "fin_lens"):
+        np.testing.assert_array_equal(getattr(new, field)[0], getattr(old, field)[0])
+        np.testing.assert_array_equal(getattr(new, field)[1], getattr(ref, field)[1])
+    assert new.live_len.tolist() == [1, 2] and new.done.tolist() == [True, False]
+    np.testing.assert_array_equal(new.cache["row"], [0, 1, 2, 2])  # element 0: own rows

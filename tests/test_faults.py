@@ -129,8 +129,8 @@ def resumed_from(workdir) -> list[int]:
 def restore(workdir, step: int) -> dict:
     """The checkpointed train state at `step` as numpy arrays, on this process's device."""
     from transformer.training import run_config
-    from transformer.training.loop import abstract_train_state
     from transformer.training.optim import make_optimizer
+    from transformer.training.run_state import abstract_train_state
 
     config = run_config.load(str(workdir))
     state = abstract_train_state(run_config.validate(config), make_optimizer(config.train)[0])

@@ -3,6 +3,7 @@
 - Layers: each package's `__init__` docstring ends with `Imports from: ...`, the packages it
   may import; every `import transformer.x` anywhere in that package (function-level imports
   included) must name one of them or its own package, and the rule must form no cycle.
+- Size: no function over 60 lines and no file over 400, except the data table named below.
 """
 
 from __future__ import annotations
@@ -11,9 +12,16 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT
 
 PACKAGE = Path(ROOT) / "transformer"
+MAX_FUNCTION_LINES = 60
+MAX_FILE_LINES = 400
+# A data table, not logic: the synthetic corpus's word lists.
+LONG_FILES = {"data/synthetic/lexicon.py"}
+CHECKED_TREES = ["transformer", "benchmarks", "configs", "train.py", "eval.py", "decode.py"]
 
 
 def _layers() -> dict[str, set[str]]:
@@ -86,3 +94,24 @@ def test_the_import_check_sees_function_level_imports(tmp_path):
         "def f():\n    from transformer.training import loop\n    import transformer.cli.app\n"
     )
     assert _imported_packages(module) == {"training", "cli"}
+
+
+def _python_files():
+    for tree in CHECKED_TREES:
+        path = Path(ROOT) / tree
+        yield from sorted(path.rglob("*.py")) if path.is_dir() else [path]
+
+
+@pytest.mark.parametrize("path", list(_python_files()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_files_and_functions_stay_short(path):
+    relative = str(path.relative_to(PACKAGE)) if PACKAGE in path.parents else path.name
+    lines = path.read_text().count("\n")
+    if relative not in LONG_FILES:
+        assert lines <= MAX_FILE_LINES, f"{path.name}: {lines} lines > {MAX_FILE_LINES}"
+    long = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                long.append(f"{node.name} ({length} lines)")
+    assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"

@@ -172,8 +172,19 @@ def make_attention(num_kv_heads=None, **overrides) -> Attention:
     return assign_named_params(Attention(cfg, out_init_scale=1.0, rngs=nnx.Rngs(0)))
 
 
+def attend_capturing(attn: Attention, x, kv, **kwargs):
+    """(output [B, T, d], probabilities [B, H, T, S]) of one call, the probabilities sown."""
+    attn.sow_probabilities = True
+    try:
+        out, sown = nnx.capture(attn, nnx.Intermediate)(x, kv, **kwargs)
+    finally:
+        attn.sow_probabilities = False
+    return out, sown["probabilities"].get_value()[0]
+
+
 def compare_with_naive(attn, x, y, mask_np, bias, q_pos=None, k_pos=None):
-    out, probs = attn(
+    out, probs = attend_capturing(
+        attn,
         jnp.asarray(x, jnp.float32),
         attn.project_kv(jnp.asarray(y, jnp.float32), k_pos),
         mask=jnp.asarray(mask_np),
@@ -259,7 +270,8 @@ def test_grouped_kv_equals_mha_with_repeated_kv_heads(num_kv_heads):
     mask = masks.causal_mask(6, 6)
     outs = []
     for attn in (grouped, full):
-        out, probs = attn(
+        out, probs = attend_capturing(
+            attn,
             x,
             attn.project_kv(x, positions),
             mask=mask,

@@ -9,6 +9,7 @@ import pytest
 from transformer.cli import sweep as sweep_cli
 from transformer.common.errors import UserError
 from transformer.research import sweep as sw
+from transformer.research.sweep.runs import classify_failure
 
 TINY = {  # tests/helpers.tiny_config as overrides of configs/default.py, shortened further
     "data.vocab_size": 200, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
@@ -52,8 +53,8 @@ def test_grid_names_and_key_resolution(tmp_path):
     for bad in ({"seed": 1}, {"model.nope": 1}):  # ambiguous (train/decode), unknown
         with pytest.raises(UserError):
             sw.load_sweep(_write_sweep(tmp_path, {"v": bad}))
-    assert sw.classify_failure(2, "error: non-finite loss (nan) at step 7; ...") == "diverged"
-    assert sw.classify_failure(1, "Traceback ...\nValueError: boom") == "failed"
+    assert classify_failure(2, "error: non-finite loss (nan) at step 7; ...") == "diverged"
+    assert classify_failure(1, "Traceback ...\nValueError: boom") == "failed"
 
 
 @pytest.mark.slow

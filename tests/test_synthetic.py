@@ -11,6 +11,8 @@ import pytest
 
 from transformer.data import synthetic as syn
 from transformer.data.synthetic import NP, PP, Clause, adjective, noun, realise, verb
+from transformer.data.synthetic.grammar import _de_present
+from transformer.data.synthetic.lexicon import IRREGULAR, VERBS
 
 FILES = [f"{split}.{lang}" for split in ("train", "valid", "test") for lang in ("en", "de")]
 
@@ -264,10 +266,10 @@ def test_subordinate_clause_verb_last() -> None:
 
 def test_corpus_subordinate_clauses_end_with_verb(corpus: Path) -> None:
     finite = set()
-    for v in [*syn.VERBS, verb("be")]:
+    for v in [*VERBS, verb("be")]:
         for person in ("1sg", "2sg", "3sg", "1pl", "3pl"):
-            finite.add(v.prefix + syn._de_present(v, person))
-    for forms in syn._IRREGULAR.values():
+            finite.add(v.prefix + _de_present(v, person))
+    for forms in IRREGULAR.values():
         finite.update(forms)
     checked = 0
     for line in _read(corpus, "train.de"):

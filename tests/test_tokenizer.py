@@ -37,15 +37,15 @@ def test_special_ids_and_round_trip(tmp_path, model_type):
     assert tok.id_to_piece(PAD_ID) == "<pad>" and tok.id_to_piece(UNK_ID) == "<unk>"
     assert tok.id_to_piece(BOS_ID) == "<s>" and tok.id_to_piece(EOS_ID) == "</s>"
     text = "the small cat sees the red house number 7"
-    ids = tok.encode(text)
+    ids = tok.tokenize(text)
     assert ids and not set(ids) & {PAD_ID, BOS_ID, EOS_ID}
-    assert tok.decode(ids) == text
+    assert tok.detokenize(ids) == text
     # decode stops at EOS and ignores pad / bos / out-of-range ids
-    assert tok.decode([BOS_ID, *ids, EOS_ID, *tok.encode("der Hund"), PAD_ID]) == text
-    assert tok.decode([*ids, PAD_ID, PAD_ID, 10**6]) == text
-    assert tok.encode_batch([text, "der Hund"]) == [ids, tok.encode("der Hund")]
+    assert tok.detokenize([BOS_ID, *ids, EOS_ID, *tok.tokenize("der Hund"), PAD_ID]) == text
+    assert tok.detokenize([*ids, PAD_ID, PAD_ID, 10**6]) == text
+    assert tok.tokenize_batch([text, "der Hund"]) == [ids, tok.tokenize("der Hund")]
     loaded = Tokenizer.load(tok.path)
-    assert loaded.vocab_size == tok.vocab_size and loaded.encode(text) == ids
+    assert loaded.vocab_size == tok.vocab_size and loaded.tokenize(text) == ids
 
 
 def test_training_is_deterministic_and_limited(tmp_path):
@@ -60,7 +60,7 @@ def test_train_from_file(tmp_path):
     f = tmp_path / "text.txt"
     f.write_text("\n".join(EN) + "\n")
     tok = Tokenizer.train(f, None, 100)
-    assert tok.decode(tok.encode(EN[0])) == EN[0]
+    assert tok.detokenize(tok.tokenize(EN[0])) == EN[0]
 
 
 def _data_config(**kw):
@@ -82,7 +82,7 @@ def test_shared_vocab_saved_and_reused(tmp_path):
     assert src is tgt and calls == [1]
     path = tmp_path / "vocab" / "shared.model"
     assert path.is_file() and src.path == str(path)
-    assert src.encode("Katze") and src.decode(src.encode("grüne Katze")) == "grüne Katze"
+    assert src.tokenize("Katze") and src.detokenize(src.tokenize("grüne Katze")) == "grüne Katze"
     mtime = os.stat(path).st_mtime_ns
     src2, tgt2 = build_tokenizers(_data_config(), 300, str(tmp_path), texts)
     assert calls == [1]  # reused, train texts not even loaded

@@ -63,8 +63,8 @@ def test_resumed_run_reproduces_uninterrupted_run(tmp_path):
 
 def _abstract(workdir):
     from transformer.training import run_config
-    from transformer.training.loop import abstract_train_state
     from transformer.training.optim import make_optimizer
+    from transformer.training.run_state import abstract_train_state
 
     config = run_config.load(workdir)
     model_cfg = run_config.validate(config)

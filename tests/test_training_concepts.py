@@ -443,7 +443,7 @@ def orbax_params(workdir, step) -> dict[str, np.ndarray]:
 
 @pytest.mark.slow
 def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run):
-    from transformer.evaluation.evaluator import restore_run
+    from transformer.evaluation.restore import restore_run
 
     steps = sorted(int(d) for d in os.listdir(os.path.join(trained_run, "checkpoints"))
                    if d.isdigit())  # fmt: skip

@@ -71,10 +71,10 @@ class IdTokenizer:
 
     vocab_size = 30
 
-    def encode_batch(self, texts):
+    def tokenize_batch(self, texts):
         return [[int(t) for t in text.split()] for text in texts]
 
-    def decode(self, ids):
+    def detokenize(self, ids):
         return " ".join(str(i) for i in ids)
 
 
@@ -112,11 +112,11 @@ def _stream(translator, params, lines, tmp_path, name):
     """decode.py's streaming loop over `lines`, in process; returns the output bytes."""
     from types import SimpleNamespace
 
-    from transformer.inference.streaming import decode_stream
+    from transformer.inference.streaming import translate_stream
 
     src, out = tmp_path / f"{name}.in", tmp_path / f"{name}.out"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    decode_stream(SimpleNamespace(translator=translator, params=params), str(src), str(out))
+    translate_stream(SimpleNamespace(translator=translator, params=params), str(src), str(out))
     return out.read_bytes()
 
 
@@ -249,7 +249,7 @@ def test_restore_reads_parameters_only(trained_run, monkeypatch):
     # never be read, for one checkpoint or an average.
     import orbax.checkpoint as ocp
 
-    from transformer.evaluation.evaluator import restore_run
+    from transformer.evaluation.restore import restore_run
 
     read = []
     deserialize = ocp.type_handlers.ArrayHandler.deserialize

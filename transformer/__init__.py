@@ -18,7 +18,7 @@ _EXPORTS = {
     "train_and_evaluate": "transformer.training.loop",
     "evaluate": "transformer.evaluation.evaluator",
     "Evaluation": "transformer.evaluation.evaluator",
-    "restore_run": "transformer.evaluation.evaluator",
+    "restore_run": "transformer.evaluation.restore",
     "get_base_config": "transformer.training.base_config",
     "load_config_file": "transformer.training.run_config",
 }

@@ -1,6 +1,6 @@
 """Smoke sweep: Pre-LN vs Post-LN x ReLU vs SwiGLU on a shrunk configs/default.py.
 
-Command:   python -m transformer.research.sweep --config configs/sweeps/architecture.py \
+Command:   transformer-sweep --config configs/sweeps/architecture.py \
                --workdir runs/sweep_architecture [--readme README.md]
 Expected:  4 runs (1 seed each); results.md/csv, valid_loss.png and bleu.png in the workdir.
            Measured here: test BLEU 31-48 after 800 steps of a 2+2-layer d_model 128 model

@@ -1,6 +1,6 @@
 """Architecture ablations on Multi30k en->de, one factor at a time, with a length column.
 
-Command:   python -m transformer.research.sweep --config configs/sweeps/multi30k_architecture.py \
+Command:   transformer-sweep --config configs/sweeps/multi30k_architecture.py \
                --workdir runs/sweep_multi30k [--only post_ln ...] [--parallel N]
 Expected:  12 variants x 2 seeds = 24 runs; results.md gives test2016 BLEU (greedy) on all
            1,000 sentences and on those whose source is longer than any training sentence

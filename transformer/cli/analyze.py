@@ -38,7 +38,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformer.research.analysis import analyze
 
-        analyze(args)
+        analyze(
+            workdir=args.workdir,
+            out=args.out,
+            checkpoint=args.checkpoint,
+            input_path=args.input,
+            split=args.split,
+            num_sentences=args.num_sentences,
+            batch_size=args.batch_size,
+            heatmap_sentences=args.heatmap_sentences,
+            bleu_sentences=args.bleu_sentences,
+            bleu_heads=args.bleu_heads,
+            mask_heads=args.mask_heads,
+        )
     except UserError as e:
         return report_user_error(e)
     return 0

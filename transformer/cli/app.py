@@ -54,7 +54,10 @@ def _parse_flags(argv, keep_config_overrides=False):
             return flags.FLAGS(rest) + overrides
         return flags.FLAGS(argv)
     except (AttributeError, KeyError) as e:  # ml_collections: an unknown --config.* key
-        message = f"unknown config key {_one_line(e)} in a --config.* override; see configs/base.py"
+        message = (
+            f"unknown config key {_one_line(e)} in a --config.* override; "
+            "see transformer/training/base_config.py"
+        )
     except Exception as e:  # noqa: BLE001 - flags.Error, bad values, unloadable config file
         message = _one_line(e)
     sys.exit(report_user_error(message))

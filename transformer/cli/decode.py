@@ -28,14 +28,14 @@ FLAGS = flags.FLAGS
 
 
 def _main(argv):
-    from transformer.evaluation.evaluator import restore_run
-    from transformer.inference.streaming import decode_stream
+    from transformer.evaluation.restore import restore_run
+    from transformer.inference.streaming import translate_stream
 
     run = restore_run(
         FLAGS.workdir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last,
         overrides=config_override_args(argv),
     )  # fmt: skip
-    stats = decode_stream(run, FLAGS.input, FLAGS.output)
+    stats = translate_stream(run, FLAGS.input, FLAGS.output)
     message = f"translated {stats['lines']} lines"
     if stats["truncated"]:
         message += f"; {stats['truncated']} longer than model.max_len were truncated"

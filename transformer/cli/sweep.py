@@ -3,7 +3,7 @@
     transformer-sweep --config configs/sweeps/architecture.py --workdir runs/sweep \
         [--only VARIANT ...] [--dry_run] [--report_only] [--parallel N] [--retry_failed]
 
-The sweep config's fields and the files it writes: transformer/research/sweep.py.
+The sweep config's fields and the files it writes: transformer/research/sweep/__init__.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from transformer.common.errors import UserError, report_user_error
 from transformer.research.report import update_readme
 from transformer.research.sweep import (
     DEFAULT_POLL_S,
+    Run,
+    Sweep,
     execute,
     is_finished,
     load_sweep,
@@ -27,7 +29,7 @@ from transformer.research.sweep import (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="transformer-sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="sweep config file (configs/sweeps/*.py)")
     parser.add_argument("--workdir", required=True, help="sweep directory")
@@ -42,46 +44,67 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", help="also put results.md into this README, between the "
                         "section's markers <!-- report:SECTION:start/end -->")  # fmt: skip
     parser.add_argument("--section", default="Sweep", help="README marker section name")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _print_plan(runs: list[Run]) -> None:
+    """--dry_run: each run's state and the commands that would train and evaluate it."""
+    for i, run in enumerate(runs, 1):
+        state = (
+            f"invalid config: {run.config_error}" if run.config_error
+            else "finished, skip" if is_finished(run)
+            else read_status(run).get("status", "to run")
+        )  # fmt: skip
+        print(f"[{i}/{len(runs)}] {run.label} ({state})")
+        if not run.config_error:
+            print("    " + " ".join(run.train_command()[1:]))
+            print("    " + " ".join(run.eval_command()[1:]))
+
+
+def _run_sweep(args: argparse.Namespace, runs: list[Run], parallel: int) -> None:
+    start = time.time()
+    print(f"sweep {args.config}: {len(runs)} run(s), {parallel} at a time -> "
+          f"{args.workdir}", flush=True)  # fmt: skip
+    counts = execute(runs, parallel=parallel, retry_failed=args.retry_failed,
+                     poll_s=args.poll_s)  # fmt: skip
+    print(
+        f"sweep finished in {time.time() - start:.0f} s: " +
+        ", ".join(f"{v} {k}" for k, v in counts.items()), flush=True,
+    )  # fmt: skip
+
+
+def _update_readme(args: argparse.Namespace) -> None:
+    """Puts results.md into --readme, headed by the command that rebuilds it."""
+    command = (f"transformer-sweep --config {args.config} --workdir "
+               f"{args.workdir} --report_only --readme {args.readme}")  # fmt: skip
+    if args.section != "Sweep":
+        command += f" --section {args.section}"
+    changed = update_readme(args.readme, args.section, readme_block(args.workdir, command))
+    print(f"{'updated' if changed else 'unchanged'}: {args.readme} section "
+          f"{args.section!r}", flush=True)  # fmt: skip
+
+
+def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> None:
+    if not args.report_only:
+        _run_sweep(args, runs, args.parallel or sweep.parallel)
+    write_report(sweep, runs, args.workdir)
+    print(f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "
+          f"valid_loss.png, bleu.png)", flush=True)  # fmt: skip
+    if args.readme:
+        _update_readme(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.readme and any(c in args.section for c in "\n:"):
             raise UserError(f"--section must not contain ':' or newlines, got {args.section!r}")
         sweep = load_sweep(args.config)
         runs = plan_runs(sweep, args.workdir, args.only)
-        parallel = args.parallel or sweep.parallel
         if args.dry_run:
-            for i, run in enumerate(runs, 1):
-                state = (
-                    f"invalid config: {run.config_error}" if run.config_error
-                    else "finished, skip" if is_finished(run)
-                    else read_status(run).get("status", "to run")
-                )  # fmt: skip
-                print(f"[{i}/{len(runs)}] {run.label} ({state})")
-                if not run.config_error:
-                    print("    " + " ".join(run.train_command()[1:]))
-                    print("    " + " ".join(run.eval_command()[1:]))
-            return 0
-        start = time.time()
-        if not args.report_only:
-            print(f"sweep {args.config}: {len(runs)} run(s), {parallel} at a time -> "
-                  f"{args.workdir}", flush=True)  # fmt: skip
-            counts = execute(runs, parallel=parallel, retry_failed=args.retry_failed,
-                             poll_s=args.poll_s)  # fmt: skip
-            print(
-                f"sweep finished in {time.time() - start:.0f} s: " +
-                ", ".join(f"{v} {k}" for k, v in counts.items()), flush=True,
-            )  # fmt: skip
-        write_report(sweep, runs, args.workdir)
-        print(f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "
-              f"valid_loss.png, bleu.png)", flush=True)  # fmt: skip
-        if args.readme:
-            command = (f"transformer-sweep --config {args.config} --workdir "
-                       f"{args.workdir} --report_only --readme {args.readme}")  # fmt: skip
-            if args.section != "Sweep":
-                command += f" --section {args.section}"
-            changed = update_readme(args.readme, args.section, readme_block(args.workdir, command))
-            print(f"{'updated' if changed else 'unchanged'}: {args.readme} section "
-                  f"{args.section!r}", flush=True)  # fmt: skip
+            _print_plan(runs)
+        else:
+            _run_and_report(args, sweep, runs)
     except UserError as e:
         return report_user_error(e)
     return 0

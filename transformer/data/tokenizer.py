@@ -1,16 +1,17 @@
 """SentencePiece tokenizers with fixed special ids, trained in-process and kept in the workdir.
 
 Special ids are the same in every vocabulary this code trains or accepts: those of
-`transformer.common.special_ids` (padding is never produced by `encode`).
+`transformer.common.special_ids` (padding is never produced by `tokenize`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -19,17 +20,25 @@ from absl import logging
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
 from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer.data.text_splits import languages
 
 MODEL_TYPES = ("unigram", "bpe")
 VOCAB_DIR = "vocab"
 # Sentences longer than this (in bytes) are ignored by SentencePiece training.
 _MAX_SENTENCE_BYTES = 1 << 14
+# The fixed special pieces; every sentence in its given order; a soft vocabulary size.
+_TRAINER_OPTIONS = dict(
+    pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+    pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+    character_coverage=1.0, hard_vocab_limit=False, input_sentence_size=0,
+    shuffle_input_sentence=False, max_sentence_length=_MAX_SENTENCE_BYTES, minloglevel=2,
+)  # fmt: skip
 
 
 class Tokenizer:
     """A SentencePiece model with the special ids of `transformer.common.special_ids`.
 
-    `encode` returns ids without BOS/EOS; `decode` stops at the first EOS and ignores PAD
+    `tokenize` returns ids without BOS/EOS; `detokenize` stops at the first EOS and ignores PAD
     and BOS (and ids outside the vocabulary, which a model whose ``vocab_size`` is larger
     than the tokenizer's can emit).
     """
@@ -106,55 +115,15 @@ class Tokenizer:
                 "(data.vocab_size)"
             )
         sentences = _sentence_stream(sentences_or_files, max_sentences)
-        seen = [0]
-
-        def counted():
-            for s in sentences:
-                seen[0] += 1
-                yield s
-
-        buf = io.BytesIO()
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=counted(),
-                model_writer=buf,
-                vocab_size=vocab_size,
-                model_type=model_type,
-                pad_id=PAD_ID,
-                unk_id=UNK_ID,
-                bos_id=BOS_ID,
-                eos_id=EOS_ID,
-                pad_piece="<pad>",
-                unk_piece="<unk>",
-                bos_piece="<s>",
-                eos_piece="</s>",
-                character_coverage=1.0,
-                hard_vocab_limit=False,
-                input_sentence_size=0,
-                shuffle_input_sentence=False,
-                max_sentence_length=_MAX_SENTENCE_BYTES,
-                num_threads=num_threads or max(1, min(16, os.cpu_count() or 1)),
-                minloglevel=2,
-            )
-        except RuntimeError as e:
-            msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            if seen[0] == 0:
-                raise UserError(
-                    "no non-empty sentences to train the SentencePiece vocabulary on; check "
-                    "the training split"
-                ) from None
-            raise UserError(
-                f"SentencePiece training on {seen[0]} sentences failed: {msg}; a smaller "
-                "data.vocab_size or more data usually fixes it"
-            ) from None
-        tok = cls(buf.getvalue())
+        proto, seen = _train_model_proto(sentences, vocab_size, model_type, num_threads)
+        tok = cls(proto)
         if model_path:
             tok.save(model_path)
         logging.info(
             "trained a %s SentencePiece vocabulary of %d pieces on %d sentences%s",
             model_type,
             tok.vocab_size,
-            seen[0],
+            seen,
             f" -> {tok.path}" if tok.path else "",
         )
         return tok
@@ -187,17 +156,17 @@ class Tokenizer:
     def piece_to_id(self, piece: str) -> int:
         return self._sp.piece_to_id(piece)
 
-    def encode(self, text: str) -> list[int]:
+    def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` (no BOS/EOS)."""
         return self._sp.encode(text)
 
-    def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
-        """`encode` for many texts, using SentencePiece's thread pool."""
+    def tokenize_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
+        """`tokenize` for many texts, using SentencePiece's thread pool."""
         if not texts:
             return []
         return self._sp.encode(list(texts), num_threads=num_threads)
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def detokenize(self, ids: Iterable[int]) -> str:
         """Text of ``ids``: stops at the first EOS, skips PAD, BOS and out-of-range ids."""
         keep = []
         n = self.vocab_size
@@ -212,6 +181,42 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.path or '<in memory>'}, vocab_size={self.vocab_size})"
+
+
+def _train_model_proto(
+    sentences: Iterable[str], vocab_size: int, model_type: str, num_threads: int | None
+) -> tuple[bytes, int]:
+    """Trains SentencePiece in-process; returns ``(model proto, sentences trained on)``."""
+    seen = 0
+
+    def counted():
+        nonlocal seen
+        for s in sentences:
+            seen += 1
+            yield s
+
+    buf = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=counted(),
+            model_writer=buf,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            num_threads=num_threads or max(1, min(16, os.cpu_count() or 1)),
+            **_TRAINER_OPTIONS,
+        )
+    except RuntimeError as e:
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        if seen == 0:
+            raise UserError(
+                "no non-empty sentences to train the SentencePiece vocabulary on; check "
+                "the training split"
+            ) from None
+        raise UserError(
+            f"SentencePiece training on {seen} sentences failed: {msg}; a smaller "
+            "data.vocab_size or more data usually fixes it"
+        ) from None
+    return buf.getvalue(), seen
 
 
 def _sentence_stream(sentences_or_files, max_sentences: int | None):
@@ -242,11 +247,6 @@ def _sentence_stream(sentences_or_files, max_sentences: int | None):
             return
         count += 1
         yield s
-
-
-# --------------------------------------------------------------------------------------
-# Per-run tokenizers.
-# --------------------------------------------------------------------------------------
 
 
 def _sample_indices(n: int, k: int, seed: int = 0) -> np.ndarray:
@@ -310,9 +310,8 @@ def build_tokenizers(
     * otherwise, ``data.shared_vocab=True`` (default): one model trained on the source and
       target text of the training split, saved as ``<workdir>/vocab/shared.model`` and
       returned as the same object for both sides; ``False``: ``source.model`` and
-      ``target.model`` trained separately.
-    Existing models in ``<workdir>/vocab`` are reused (resume, eval, decode), after checking
-    that they were trained with the same vocab_type / vocab_size / data (else `UserError`).
+      ``target.model`` trained separately. Existing models there are reused (resume, eval,
+      decode) if trained with the same vocab_type / vocab_size / data, else `UserError`.
 
     Args:
       data_config: ``config.data`` (uses vocab_path, shared_vocab, vocab_type,
@@ -322,46 +321,23 @@ def build_tokenizers(
         (`transformer.training.run_config.resolve_vocab_size`).
       workdir: the run's directory.
       train_texts: the training split as ``(source, target)`` pairs (e.g. from
-        `transformer.data.sources.load_split`), or a zero-argument callable returning it,
+        `transformer.data.text_splits.load_split`), or a zero-argument callable returning it,
         called only if a vocabulary has to be trained.
     """
     if data_config.vocab_path:
-        paths = [p.strip() for p in str(data_config.vocab_path).split(",")]
-        if len(paths) == 1:
-            tok = Tokenizer.load(paths[0])
-            return tok, tok
-        if len(paths) != 2 or not all(paths):
-            raise UserError(
-                f"data.vocab_path={data_config.vocab_path!r} must be one .model path or two "
-                "separated by a comma (source,target)"
-            )
-        return tuple(Tokenizer.load(p) for p in paths)
+        return _load_vocab_paths(data_config.vocab_path)
+    return _train_or_reuse(data_config, vocab_size, workdir, train_texts)
+
+
+def _train_or_reuse(data_config, vocab_size, workdir, train_texts) -> tuple[Tokenizer, Tokenizer]:
+    """The run's vocabularies in ``<workdir>/vocab``: reused if there, else trained."""
     if not workdir:
         raise UserError("a workdir is needed to store the trained vocabulary (or set vocab_path)")
     vocab_dir = os.path.join(os.path.abspath(os.path.expanduser(workdir)), VOCAB_DIR)
     check_vocab_config(data_config)
     limit = int(data_config.vocab_train_sentences)
-    pairs_cache = []
-
-    def pairs():
-        if not pairs_cache:
-            pairs_cache.append(train_texts() if callable(train_texts) else train_texts)
-        return pairs_cache[0]
-
-    def texts(sides: tuple[int, ...], max_sentences: int):
-        def gen():
-            data = pairs()
-            idx = _sample_indices(len(data), max(1, max_sentences // len(sides)))
-            get_many = getattr(data, "get_many", None)
-            for start in range(0, len(idx), 10_000):
-                chunk = idx[start : start + 10_000]
-                batch = get_many(chunk) if get_many else [data[int(i)] for i in chunk]
-                for pair in batch:
-                    for side in sides:
-                        yield pair[side]
-
-        return gen
-
+    # Loaded at most once, and only if a vocabulary has to be trained.
+    pairs = functools.cache(train_texts if callable(train_texts) else lambda: train_texts)
     base_spec = {
         "vocab_size": int(vocab_size),
         "vocab_type": data_config.vocab_type,
@@ -371,26 +347,54 @@ def build_tokenizers(
     }
     if data_config.shared_vocab:
         spec = dict(base_spec, side="shared")
-        tok = _load_or_train(
-            os.path.join(vocab_dir, "shared.model"), spec, vocab_size, texts((0, 1), limit)
-        )
+        texts = _sampled_texts(pairs, (0, 1), limit)
+        tok = _load_or_train(os.path.join(vocab_dir, "shared.model"), spec, vocab_size, texts)
         return tok, tok
     # Source/target are named by direction; with reverse=True the languages swap roles.
-    src_lang, tgt_lang = (
-        (data_config.target_lang, data_config.source_lang)
-        if data_config.reverse
-        else (data_config.source_lang, data_config.target_lang)
-    )
+    src_lang, tgt_lang = languages(data_config)
     src = _load_or_train(
         os.path.join(vocab_dir, "source.model"),
         dict(base_spec, side="source", language=src_lang),
         vocab_size,
-        texts((0,), limit),
+        _sampled_texts(pairs, (0,), limit),
     )
     tgt = _load_or_train(
         os.path.join(vocab_dir, "target.model"),
         dict(base_spec, side="target", language=tgt_lang),
         vocab_size,
-        texts((1,), limit),
+        _sampled_texts(pairs, (1,), limit),
     )
     return src, tgt
+
+
+def _load_vocab_paths(vocab_path) -> tuple[Tokenizer, Tokenizer]:
+    """``data.vocab_path``: one ``.model`` for both sides, or ``source.model,target.model``."""
+    paths = [p.strip() for p in str(vocab_path).split(",")]
+    if len(paths) == 1:
+        tok = Tokenizer.load(paths[0])
+        return tok, tok
+    if len(paths) != 2 or not all(paths):
+        raise UserError(
+            f"data.vocab_path={vocab_path!r} must be one .model path or two "
+            "separated by a comma (source,target)"
+        )
+    return tuple(Tokenizer.load(p) for p in paths)
+
+
+def _sampled_texts(
+    pairs: Callable[[], Sequence[tuple[str, str]]], sides: tuple[int, ...], max_sentences: int
+) -> Callable[[], Iterator[str]]:
+    """Sides ``sides`` of ``max_sentences // len(sides)`` pairs spread over the split."""
+
+    def texts():
+        data = pairs()
+        idx = _sample_indices(len(data), max(1, max_sentences // len(sides)))
+        get_many = getattr(data, "get_many", None)
+        for start in range(0, len(idx), 10_000):
+            chunk = idx[start : start + 10_000]
+            batch = get_many(chunk) if get_many else [data[int(i)] for i in chunk]
+            for pair in batch:
+                for side in sides:
+                    yield pair[side]
+
+    return texts

@@ -25,7 +25,7 @@ def _open(path: str, mode: str):
         yield f
 
 
-def decode_stream(run, input_path: str, output_path: str) -> dict:
+def translate_stream(run, input_path: str, output_path: str) -> dict:
     """Translates each line of input_path into output_path, a batch at a time, in order."""
     settings = run.translator.settings
     multi = settings.outputs_per_input > 1

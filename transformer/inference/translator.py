@@ -19,8 +19,9 @@ from flax import nnx
 
 from transformer.common.errors import UserError
 from transformer.common.special_ids import EOS_ID, PAD_ID
-from transformer.data import encode_sources, source_batch
-from transformer.inference import search as decoding
+from transformer.data import source_batch, tokenize_sources
+from transformer.inference import search
+from transformer.inference.beam import beam_search
 from transformer.model.config import ModelConfig
 
 STRATEGIES = ("greedy", "sample", "beam")
@@ -97,6 +98,15 @@ class Translations:
 
 
 class Translator:
+    """Translates with the model that (graphdef, params) from `nnx.split` describe.
+
+    The methods take `params`, the state `graphdef` was split with, rather than a model, so
+    one compiled program serves every parameter set of a run (averaged checkpoints, training's
+    validation). Whatever module state the model held at the split travels with it: head masks
+    put on the attention modules before `nnx.split(model)` (research.head_masking) are in both
+    the graphdef and the state, so masked decoding needs no argument of its own here.
+    """
+
     def __init__(
         self, graphdef, model_cfg: ModelConfig, settings: DecodeSettings, src_tok, tgt_tok
     ):
@@ -109,63 +119,53 @@ class Translator:
     # ------------------------------------------------------------------------- compiled core
 
     @functools.cached_property
-    def _decode_fn(self):
-        return jax.jit(self._decode_batch, static_argnames=("max_out",))
+    def _translate_fn(self):
+        return jax.jit(self._translate_batch, static_argnames=("max_out",))
 
-    def _decode_batch(self, params, src, row_ids, *, max_out: int, head_mask=None):
+    def _translate_batch(self, params, src, row_ids, *, max_out: int):
         """src [B, S] (EOS-terminated, PAD_ID = padding) -> (tokens [B, R, max_out], scores [B, R]).
 
-        head_mask: None or (encoder [layers, H], decoder [layers, 2, H]) 0/1 arrays (analysis).
+        R outputs per input: n_best (beam), num_samples (sample) or 1 (greedy).
         """
         s = self.settings
         model = nnx.merge(self.graphdef, params)
-        enc_mask, dec_mask = (None, None) if head_mask is None else head_mask
         src_segments = (src != PAD_ID).astype(jnp.int32)
-        encoded = model.encode(src, src_segments=src_segments, head_mask=enc_mask)
-        cross_kv = model.cross_kv(encoded)
+        cross_kv = model.cross_kv(model.encode(src, src_segments=src_segments))
         src_len = jnp.sum(src_segments, axis=1)
-        max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)
-        b = src.shape[0]
-
-        def make_callback(cross, segments):
-            def tokens_to_logits(tokens, step, cache):
-                logits, cache = model.decode(
-                    None,
-                    segments,
-                    tokens[:, None],
-                    cross_kv=cross,
-                    cache=cache,
-                    cache_index=step,
-                    head_mask=dec_mask,
-                )
-                return logits[:, 0], cache
-
-            return tokens_to_logits
-
+        max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)  # [B]
         if s.strategy == "beam":
-            beam = s.beam_size
-            cross = decoding.expand_to_beams(cross_kv, beam)
-            segments = decoding.expand_to_beams(src_segments, beam)
-            out = decoding.beam_search(
-                make_callback(cross, segments),
-                model.init_cache(b * beam, max_out),
-                batch_size=b,
-                beam_size=beam,
-                max_len=max_out,
-                max_lens=decoding.expand_to_beams(max_lens, beam),
-                min_len=s.min_len,
-                alpha=s.length_penalty,
-                n_best=s.n_best,
-            )
-            return out.tokens, out.scores
+            return self._beam_search(model, cross_kv, src_segments, max_lens, max_out)
+        return self._greedy_or_sample(model, cross_kv, src_segments, max_lens, row_ids, max_out)
+
+    def _beam_search(self, model, cross_kv, src_segments, max_lens, max_out: int):
+        s = self.settings
+        b, beam = src_segments.shape[0], s.beam_size
+        cross = search.expand_to_beams(cross_kv, beam)
+        segments = search.expand_to_beams(src_segments, beam)
+        out = beam_search(
+            _decoder_step(model, cross, segments),
+            model.init_cache(b * beam, max_out),
+            batch_size=b,
+            beam_size=beam,
+            max_len=max_out,
+            max_lens=search.expand_to_beams(max_lens, beam),
+            min_len=s.min_len,
+            alpha=s.length_penalty,
+            n_best=s.n_best,
+        )
+        return out.tokens, out.scores
+
+    def _greedy_or_sample(self, model, cross_kv, src_segments, max_lens, row_ids, max_out: int):
+        s = self.settings
+        b = src_segments.shape[0]
         reps = s.num_samples if s.strategy == "sample" else 1
-        cross = decoding.expand_to_beams(cross_kv, reps)
-        segments = decoding.expand_to_beams(src_segments, reps)
-        callback = make_callback(cross, segments)
+        cross = search.expand_to_beams(cross_kv, reps)
+        segments = search.expand_to_beams(src_segments, reps)
+        callback = _decoder_step(model, cross, segments)
         cache = model.init_cache(b * reps, max_out)
-        row_max = decoding.expand_to_beams(max_lens, reps)
+        row_max = search.expand_to_beams(max_lens, reps)
         if s.strategy == "greedy":
-            out = decoding.greedy(
+            out = search.greedy(
                 callback, cache, max_len=max_out, max_lens=row_max, min_len=s.min_len
             )
         else:
@@ -174,7 +174,7 @@ class Translator:
             keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(s.seed), i))(
                 sample_ids.reshape(-1)
             )
-            out = decoding.sample(
+            out = search.sample(
                 callback,
                 cache,
                 rngs=keys,
@@ -200,7 +200,6 @@ class Translator:
         params,
         id_lists: Sequence[Sequence[int]],
         line_ids: Sequence[int] | None = None,
-        head_mask=None,
     ):
         """EOS-terminated source id lists -> (token lists [n][R], scores [n][R]).
 
@@ -220,41 +219,50 @@ class Translator:
             batch = source_batch([id_lists[i] for i in chunk], s.batch_size, width)
             row_ids = np.zeros(s.batch_size, np.int32)
             row_ids[: len(chunk)] = line_ids[chunk]
-            tokens, scores = self._decode_fn(
+            tokens, scores = self._translate_fn(
                 params,
                 jnp.asarray(batch["src"]),
                 jnp.asarray(row_ids),
                 max_out=self.max_output_len(width),
-                head_mask=head_mask,
             )
             tokens, scores = np.asarray(tokens), np.asarray(scores)
             for r, i in enumerate(chunk):
                 results[i] = ([_until_eos(t) for t in tokens[r]], scores[r].tolist())
         return [r[0] for r in results], [r[1] for r in results]
 
-    def translate(
-        self, params, lines: Sequence[str], first_id: int = 0, head_mask=None
-    ) -> Translations:
+    def translate(self, params, lines: Sequence[str], first_id: int = 0) -> Translations:
         """Raw source lines -> detokenized translations (empty line in, empty line out).
 
         first_id is the line number of lines[0] in the whole input (decode.py's streaming
         batches): line i is numbered first_id + i, empty lines included.
         """
-        ids, truncated = encode_sources(lines, self.src_tok, self.model_cfg.max_len)
+        ids, truncated = tokenize_sources(lines, self.src_tok, self.model_cfg.max_len)
         nonempty = [i for i, line in enumerate(lines) if line.strip()]
         token_lists, scores = self.translate_ids(
             params,
             [ids[i] for i in nonempty],
             [first_id + i for i in nonempty],
-            head_mask=head_mask,
         )
         reps = self.settings.outputs_per_input
         hypotheses = [[""] * reps for _ in lines]
         all_scores = [[0.0] * reps for _ in lines]
         for i, toks, sc in zip(nonempty, token_lists, scores, strict=True):
-            hypotheses[i] = [self.tgt_tok.decode(t) for t in toks]
+            hypotheses[i] = [self.tgt_tok.detokenize(t) for t in toks]
             all_scores[i] = sc
         return Translations(hypotheses, all_scores, truncated)
+
+
+def _decoder_step(model, cross_kv, src_segments):
+    """The search loops' step: (tokens [R], step, cache) -> (logits [R, V], cache), one token
+    per row through the cached decoder; cross_kv and src_segments [R, S] are per row."""
+
+    def tokens_to_logits(tokens, step, cache):
+        logits, cache = model.decode(
+            None, src_segments, tokens[:, None], cross_kv=cross_kv, cache=cache, cache_index=step
+        )
+        return logits[:, 0], cache
+
+    return tokens_to_logits
 
 
 def _until_eos(tokens: np.ndarray) -> list[int]:

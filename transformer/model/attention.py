@@ -3,6 +3,9 @@
 Shapes: B batch, T query length, S key length, H query heads, K key/value heads, G = H / K
 query heads per key/value head, D head dim. Keys and values are laid out [B, K, S, D], the
 layout of the decode cache, so a decode step reads the cache without transposing it.
+Analysis tools reach inside from outside: a `HeadMask` variable put on a module silences
+heads, and `sow_probabilities` sows the attention probabilities for `nnx.capture`; both are
+off by default, so training and decoding trace neither.
 """
 
 from __future__ import annotations
@@ -26,12 +29,11 @@ def attend(
     bias: jax.Array | None,
     dropout_rate: float = 0.0,
     keys: KeySeq | None = None,
-    head_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Scaled dot-product attention.
 
     q [B, T, H, D]; k, v [B, K, S, D]; mask bool broadcastable to [B, H, T, S] (True = attend);
-    bias float broadcastable to [B, H, T, S]; head_mask [H] multiplies each head's output.
+    bias float broadcastable to [B, H, T, S].
     Returns (output [B, T, H, D], probabilities [B, H, T, S] in float32).
     """
     b, t, h, d = q.shape
@@ -47,14 +49,20 @@ def attend(
     probs = jax.nn.softmax(scores, axis=-1)  # float32
     dropped = dropout(probs, dropout_rate, keys).astype(v.dtype)
     out = jnp.einsum("bkgts,bksd->btkgd", dropped.reshape(b, kv, g, t, -1), v)
-    out = out.reshape(b, t, h, d)
-    if head_mask is not None:  # pruning study: silence whole heads
-        out = out * head_mask.astype(out.dtype)[None, None, :, None]
-    return out, probs
+    return out.reshape(b, t, h, d), probs
+
+
+class HeadMask(nnx.Variable):
+    """[H] of 0/1 multiplying each head's output (head-pruning studies), set from outside."""
 
 
 class Attention(nnx.Module):
-    """Self- or cross-attention sublayer: projections, optional RoPE, attend, output projection."""
+    """Self- or cross-attention sublayer: projections, optional RoPE, attend, output projection.
+
+    head_mask (a `HeadMask` or None) and sow_probabilities (sow the probabilities [B, H, T, S]
+    as nnx.Intermediate 'probabilities' for `nnx.capture`) are analysis switches set from
+    outside; at their defaults (None, False) the traced program holds neither.
+    """
 
     def __init__(self, cfg, *, out_init_scale: float, rngs: nnx.Rngs):
         self.num_heads = cfg.num_heads
@@ -68,6 +76,8 @@ class Attention(nnx.Module):
         self.key = Dense(d, cfg.kv_heads * hd, **common)
         self.value = Dense(d, cfg.kv_heads * hd, **common)
         self.out = Dense(cfg.num_heads * hd, d, init_scale=out_init_scale, **common)
+        self.head_mask: HeadMask | None = nnx.data(None)  # data: a HeadMask may replace it
+        self.sow_probabilities = False
 
     def project_kv(
         self, x: jax.Array, positions: jax.Array | None = None
@@ -96,15 +106,16 @@ class Attention(nnx.Module):
         bias: jax.Array | None,
         rope_positions: jax.Array | None,
         keys: KeySeq | None,
-        head_mask: jax.Array | None = None,
-    ) -> tuple[jax.Array, jax.Array]:
+    ) -> jax.Array:
         """Attends queries from x [B, T, d] to projected (keys, values) [B, K, S, D].
 
-        Returns (output [B, T, d], probabilities [B, H, T, S]).
+        Returns the output [B, T, d].
         """
         q = self.project_q(x, rope_positions)
-        out, probs = attend(
-            q, kv[0], kv[1], mask, bias, self.attention_dropout_rate, keys, head_mask
-        )
+        out, probs = attend(q, kv[0], kv[1], mask, bias, self.attention_dropout_rate, keys)
+        if self.head_mask is not None:
+            out = out * self.head_mask[...].astype(out.dtype)[None, None, :, None]  # [B, T, H, D]
+        if self.sow_probabilities:
+            self.sow(nnx.Intermediate, "probabilities", probs)
         b, t = x.shape[:2]
-        return self.out(out.reshape(b, t, self.num_heads * self.head_dim)), probs
+        return self.out(out.reshape(b, t, self.num_heads * self.head_dim))

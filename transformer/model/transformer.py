@@ -45,20 +45,17 @@ class EncoderBlock(nnx.Module):
         self.attention_sublayer = Sublayer(cfg)
         self.ffn_sublayer = Sublayer(cfg)
 
-    def __call__(self, x, ctx: masks.SelfAttentionInputs, keys, record=None, head_mask=None):
+    def __call__(self, x, ctx: masks.SelfAttentionInputs, keys):
         def self_attend(h):
             kv = self.self_attention.project_kv(h, ctx.rope_positions)
-            out, probs = self.self_attention(
+            return self.self_attention(
                 h,
                 kv,
                 mask=ctx.mask,
                 bias=ctx.bias,
                 rope_positions=ctx.rope_positions,
                 keys=keys,
-                head_mask=head_mask,
             )
-            _record(record, "encoder_self", probs)
-            return out
 
         x = self.attention_sublayer(x, self_attend, keys)
         return self.ffn_sublayer(x, lambda h: self.ffn(h, keys), keys)
@@ -83,8 +80,6 @@ class DecoderBlock(nnx.Module):
         *,
         cache: dict[str, jax.Array] | None = None,
         cache_index: jax.Array | None = None,
-        record=None,
-        head_masks=(None, None),
     ):
         """Returns (x, updated cache or None). With a cache, x holds the tokens at positions
         cache_index..cache_index+T-1 and their keys/values are written into the cache."""
@@ -98,30 +93,19 @@ class DecoderBlock(nnx.Module):
                 k = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
                 v = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), start)
                 new_cache = {"k": k, "v": v}
-            out, probs = self.self_attention(
+            return self.self_attention(
                 h,
                 (k, v),
                 mask=ctx.mask,
                 bias=ctx.bias,
                 rope_positions=ctx.rope_positions,
                 keys=keys,
-                head_mask=head_masks[0],
             )
-            _record(record, "decoder_self", probs)
-            return out
 
         def cross_attend(h):
-            out, probs = self.cross_attention(
-                h,
-                cross_kv,
-                mask=cross_mask,
-                bias=None,
-                rope_positions=None,
-                keys=keys,
-                head_mask=head_masks[1],
+            return self.cross_attention(
+                h, cross_kv, mask=cross_mask, bias=None, rope_positions=None, keys=keys
             )
-            _record(record, "cross", probs)
-            return out
 
         x = self.self_sublayer(x, self_attend, keys)
         x = self.cross_sublayer(x, cross_attend, keys)
@@ -231,10 +215,8 @@ class Transformer(nnx.Module):
         src_segments: jax.Array | None = None,
         src_positions: jax.Array | None = None,
         keys: KeySeq | None = None,
-        record: dict | None = None,
-        head_mask: jax.Array | None = None,
     ) -> jax.Array:
-        """src [B, S] -> encoder output [B, S, d]. head_mask: [layers, H] of 0/1 (analysis)."""
+        """src [B, S] -> encoder output [B, S, d]."""
         self._check_length(src.shape[1], "source")
         src_segments, src_positions = masks.default_segments(src, src_segments, src_positions)
         x = self._embed(src, src_positions, self.src_embed, self.src_positions, keys)
@@ -243,9 +225,8 @@ class Transformer(nnx.Module):
             bias=self._position_bias(self.encoder_relative, src_positions, src_positions),
             rope_positions=self._rope(src_positions),
         )
-        for i, layer in enumerate(self.encoder_layers):
-            layer_record = _layer_record(record, i)
-            x = layer(x, ctx, keys, layer_record, None if head_mask is None else head_mask[i])
+        for layer in self.encoder_layers:
+            x = layer(x, ctx, keys)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return x
@@ -268,15 +249,41 @@ class Transformer(nnx.Module):
         cache: Cache | None = None,
         cache_index: jax.Array | None = None,
         keys: KeySeq | None = None,
-        record: dict | None = None,
-        head_mask: jax.Array | None = None,
     ) -> tuple[jax.Array, Cache | None]:
         """Decoder pass: returns (float32 logits [B, T, V], updated cache or None).
 
         Teacher forcing: cache None, tgt_in [B, T] (BOS first). Cached decoding: tgt_in holds
         the tokens at positions cache_index..cache_index+T-1 (T = 1 per step); src_segments
-        [B, S] marks source padding with 0. head_mask: [layers, 2, H] (self, cross).
+        [B, S] marks source padding with 0.
         """
+        tgt_segments, tgt_positions, ctx = self._decoder_self_attention_inputs(
+            tgt_in, tgt_segments, tgt_positions, cache, cache_index
+        )
+        x = self._embed(tgt_in, tgt_positions, self.target_embedding, self.tgt_positions, keys)
+        cross_mask = masks.segment_mask(tgt_segments, src_segments)
+        if cross_kv is None:
+            cross_kv = self.cross_kv(encoded)
+        new_cache = [] if cache is not None else None
+        for i, layer in enumerate(self.decoder_layers):
+            x, layer_cache = layer(
+                x,
+                ctx,
+                cross_kv[i],
+                cross_mask,
+                keys,
+                cache=None if cache is None else cache[i],
+                cache_index=cache_index,
+            )
+            if new_cache is not None:
+                new_cache.append(layer_cache)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.logits(x), new_cache
+
+    def _decoder_self_attention_inputs(
+        self, tgt_in, tgt_segments, tgt_positions, cache: Cache | None, cache_index
+    ) -> tuple[jax.Array, jax.Array, masks.SelfAttentionInputs]:
+        """(target segments [B, T], target positions [B, T], self-attention mask/bias/RoPE)."""
         b, t = tgt_in.shape
         if cache is None:
             self._check_length(t, "target")
@@ -292,35 +299,12 @@ class Transformer(nnx.Module):
             k_positions = jnp.broadcast_to(jnp.arange(cache_len), (b, cache_len))
             # The cache is the only mask needed: slot j is filled iff j <= the query's position.
             self_mask = (k_positions[:, None, :] <= tgt_positions[:, :, None])[:, None]
-        x = self._embed(tgt_in, tgt_positions, self.target_embedding, self.tgt_positions, keys)
         ctx = masks.SelfAttentionInputs(
             mask=self_mask,
             bias=self._position_bias(self.decoder_relative, tgt_positions, k_positions),
             rope_positions=self._rope(tgt_positions),
         )
-        cross_mask = masks.segment_mask(tgt_segments, src_segments)
-        if cross_kv is None:
-            cross_kv = self.cross_kv(encoded)
-        new_cache = [] if cache is not None else None
-        for i, layer in enumerate(self.decoder_layers):
-            x, layer_cache = layer(
-                x,
-                ctx,
-                cross_kv[i],
-                cross_mask,
-                keys,
-                cache=None if cache is None else cache[i],
-                cache_index=cache_index,
-                record=_layer_record(record, i),
-                head_masks=(None, None)
-                if head_mask is None
-                else (head_mask[i, 0], head_mask[i, 1]),
-            )
-            if new_cache is not None:
-                new_cache.append(layer_cache)
-        if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
-        return self.logits(x), new_cache
+        return tgt_segments, tgt_positions, ctx
 
     def logits(self, x: jax.Array) -> jax.Array:
         """Final projection in float32 (logits, softmax and loss stay float32 under bf16)."""
@@ -372,17 +356,6 @@ def _residual_scale(cfg: ModelConfig, num_layers: int) -> float:
     if cfg.residual_init_scale is not None:
         return cfg.residual_init_scale
     return 1.0 / math.sqrt(2 * max(num_layers, 1))
-
-
-def _record(record: dict | None, kind: str, probs: jax.Array):
-    if record is not None:
-        record[kind] = probs
-
-
-def _layer_record(record: dict | None, index: int) -> dict | None:
-    if record is None:
-        return None
-    return record.setdefault(index, {})
 
 
 def count_params(model: nnx.Module) -> int:

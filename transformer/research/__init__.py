@@ -1,6 +1,6 @@
 """Research tools built on whole runs: sweeps of config variants x seeds with their tables
-and plots (sweep), attention analysis and head masking (analysis), and the README/result
-tables rendered from eval JSON files (report).
+and plots (sweep), attention analysis (analysis, over attention_stats, head_masking and
+attention_plots), and the README/result tables rendered from eval JSON files (report).
 
 Imports from: transformer.common, transformer.model, transformer.data, transformer.scoring,
 transformer.inference, transformer.training, transformer.evaluation.

@@ -2,8 +2,7 @@
 
 Usage::
 
-    python -m transformer.research.report [--runs DIR ...] [--readme README.md --section Results]
-                                 [--out FILE]
+    transformer-report [--runs DIR ...] [--readme README.md --section Results] [--out FILE]
 
 Each ``DIR`` is a run directory (with ``eval/*.json`` written by eval.py, that is
 ``transformer.evaluation``) or a directory of such runs (default: ``runs``). The report is a

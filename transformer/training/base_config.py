@@ -9,9 +9,16 @@ import ml_collections
 
 def get_base_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
+    config.model = _model_section()
+    config.data = _data_section()
+    config.train = _train_section()
+    config.decode = _decode_section()
+    return config
 
-    # --- model: mirrors transformer.ModelConfig (see its docstring for each switch) ---
-    model = config.model = ml_collections.ConfigDict()
+
+def _model_section() -> ml_collections.ConfigDict:
+    """Mirrors transformer.ModelConfig (see its docstring for each switch)."""
+    model = ml_collections.ConfigDict()
     # Embedding rows. None (default) = the run's tokenizer's piece count, resolved by train.py
     # and recorded in config.json; an int must be >= that count (spare rows are never fed).
     model.vocab_size = ml_collections.config_dict.placeholder(int)
@@ -38,9 +45,11 @@ def get_base_config() -> ml_collections.ConfigDict:
     model.relative_buckets = 32
     model.relative_max_distance = 128
     model.rope_base = 10000.0
+    return model
 
-    # --- data ---
-    data = config.data = ml_collections.ConfigDict()
+
+def _data_section() -> ml_collections.ConfigDict:
+    data = ml_collections.ConfigDict()
     # 'synthetic' (the embedded corpus), 'parallel_text' (local {split}.{lang} files in
     # data.path), or any TFDS translation dataset, e.g. 'wmt14_translate/de-en'.
     data.name = "synthetic"
@@ -72,9 +81,11 @@ def get_base_config() -> ml_collections.ConfigDict:
     # 'pad': fixed batch_size sentences padded to max lengths.
     data.batching = "pack"
     data.num_workers = 0  # Grain worker processes (0 = in the main process)
+    return data
 
-    # --- train ---
-    train = config.train = ml_collections.ConfigDict()
+
+def _train_section() -> ml_collections.ConfigDict:
+    train = ml_collections.ConfigDict()
     train.num_steps = 100_000
     train.batch_size = 64  # global rows (sentences, or packed rows) per step
     train.batch_tokens = 0  # >0: bucketed batches of about this many tokens (source or target)
@@ -97,9 +108,12 @@ def get_base_config() -> ml_collections.ConfigDict:
     train.checkpoint_every = 1000
     train.keep_checkpoints = 3
     train.eval_bleu_sentences = 500  # validation sentences decoded for BLEU at each eval
+    return train
 
-    # --- decode: used for validation BLEU, eval.py and decode.py ---
-    decode = config.decode = ml_collections.ConfigDict()
+
+def _decode_section() -> ml_collections.ConfigDict:
+    """Used for validation BLEU, eval.py and decode.py."""
+    decode = ml_collections.ConfigDict()
     decode.strategy = "beam"  # greedy | sample | beam
     decode.beam_size = 4
     decode.length_penalty = 0.6  # GNMT alpha: score / ((5 + len) / 6) ** alpha
@@ -113,4 +127,4 @@ def get_base_config() -> ml_collections.ConfigDict:
     decode.max_len_b = 10
     decode.min_len = 0
     decode.batch_size = 64  # sentences per decoding batch
-    return config
+    return decode

@@ -1,8 +1,11 @@
 """The training loop: data, model, compiled step, periodic evaluation, checkpoints, logs.
 
-`train_and_evaluate(config, workdir)` is the whole of `train.py`. Rerunning it on the same
-workdir resumes exactly from the latest checkpoint: step, optimizer state, LR schedule
-position, RNG and data-iterator position.
+`train_and_evaluate(config, workdir)` is the whole of `train.py`, in named stages: prepare
+the workdir, load the data (and save the config with the vocabulary size it resolves),
+restore or initialise the train state, compile the steps, then the loop itself with its
+periodic evaluation and checkpoints. Rerunning it on the same workdir resumes exactly from the
+latest checkpoint: step, optimizer state, LR schedule position, RNG and data-iterator
+position. SIGTERM / SIGINT checkpoint and stop at the next step.
 """
 
 from __future__ import annotations
@@ -12,22 +15,30 @@ import math
 import os
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 
 from transformer.common.errors import UserError
-from transformer.data import load_split, make_datasets
+from transformer.data import DataBundle, load_split, make_datasets
 from transformer.inference.translator import DecodeSettings, Translator
+from transformer.model.config import ModelConfig
 from transformer.model.flops import forward_flops
-from transformer.model.transformer import Transformer, count_params
+from transformer.model.transformer import count_params
 from transformer.scoring import metrics as metrics_lib
 from transformer.training import run_config
 from transformer.training.checkpoint import Checkpointer
 from transformer.training.logger import MetricsLogger
 from transformer.training.optim import make_optimizer
 from transformer.training.parallel import Parallel
+from transformer.training.run_state import (
+    build_model,
+    check_tokenizers,
+    state_dict,
+    tokenizer_fingerprints,
+)
 from transformer.training.steps import TrainState, init_state, make_eval_step, make_train_step
 
 
@@ -41,6 +52,30 @@ class TrainResult:
     last_loss: float | None
     stopped_by_signal: bool
     valid: dict | None
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the stages after loading the data share: the run's config, data and writers."""
+
+    config: Any  # the validated ml_collections.ConfigDict
+    workdir: str
+    model_cfg: ModelConfig  # with the resolved vocab_size
+    parallel: Parallel
+    data: DataBundle
+    checkpoints: Checkpointer
+    logger: MetricsLogger
+    train_iter: Any  # grain.DatasetIterator: its get_state/set_state go into checkpoints
+
+
+@dataclasses.dataclass
+class _Steps:
+    """The compiled steps on global batches, and the translator for validation BLEU."""
+
+    train_step: Callable  # (state, batch, rng) -> (state, metrics)
+    eval_step: Callable  # (params, batch) -> {"nll_sum", "tokens"}
+    translator: Translator
+    base_rng: jax.Array  # the train step folds in the step number
 
 
 class _StopFlag:
@@ -66,43 +101,42 @@ class _StopFlag:
             signal.signal(sig, handler)
 
 
-def build_model(model_cfg, seed: int) -> Transformer:
-    return Transformer(model_cfg, rngs=nnx.Rngs(params=seed))
-
-
-def abstract_train_state(model_cfg, optimizer):
-    """Shapes and dtypes of the train state, without allocating it."""
-
-    def make():
-        return init_state(build_model(model_cfg, 0), optimizer)[1]
-
-    return jax.eval_shape(make)
-
-
-def tokenizer_fingerprints(data) -> dict:
-    """Hashes of the run's vocabularies, stored in each checkpoint's metadata."""
-    return {side: getattr(data, f"{side}_tokenizer").fingerprint for side in ("source", "target")}
-
-
-def check_tokenizers(meta: dict, data, checkpoint: str) -> None:
-    """The run's tokenizers must be the ones its checkpoint was trained with: a vocabulary of
-    the same size but other pieces would load and silently translate garbage."""
-    saved = (meta or {}).get("tokenizers")
-    if not saved:
-        return  # a checkpoint written before fingerprints were recorded
-    for side, fingerprint in tokenizer_fingerprints(data).items():
-        if saved.get(side) != fingerprint:
-            tok = getattr(data, f"{side}_tokenizer")
-            raise UserError(
-                f"the {side} tokenizer {tok.path or ''} (fingerprint {fingerprint}) is not the "
-                f"one {checkpoint} was trained with ({saved.get(side)}); restore the run's "
-                "vocab/ directory or the original data.vocab_path"
-            )
-
-
 def train_and_evaluate(config, workdir: str) -> TrainResult:
+    """Trains the run in `workdir` up to train.num_steps, resuming from its latest checkpoint."""
     model_cfg = run_config.validate(config)
     is_main = jax.process_index() == 0
+    _prepare_workdir(config, workdir)
+    t = config.train
+    parallel = Parallel(t.parallelism, t.fsdp)
+    data = _load_data(config, workdir, parallel, is_main)
+    model_cfg = _save_config(config, workdir, model_cfg, data, is_main)
+
+    optimizer, schedule = make_optimizer(t)
+    model = build_model(model_cfg, t.seed)
+    graphdef, state = init_state(model, optimizer)
+    run = _Run(
+        config, workdir, model_cfg, parallel, data,
+        checkpoints=Checkpointer(workdir, keep=t.keep_checkpoints),
+        logger=MetricsLogger(workdir, enabled=is_main, total_steps=t.num_steps),
+        train_iter=data.train_iterator(),
+    )  # fmt: skip
+    state, start = _restore_or_init(run, model, state)
+    del model
+
+    state = parallel.place_state(state)
+    steps = _compile_steps(run, graphdef, optimizer, schedule, state)
+    result = _train_loop(run, steps, state, start)
+    run.checkpoints.wait()
+    run.checkpoints.close()
+    run.logger.close()
+    return result
+
+
+# -------------------------------------------------------------------- workdir and data
+
+
+def _prepare_workdir(config, workdir: str) -> None:
+    """`workdir` exists, is writable and holds no run of another model."""
     try:
         os.makedirs(workdir, exist_ok=True)
     except OSError as e:
@@ -110,30 +144,38 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
     if not os.access(workdir, os.W_OK):
         raise UserError(f"workdir {workdir} is not writable; choose a writable --workdir")
     run_config.check_same_model(config, workdir)
-    t = config.train
-    parallel = Parallel(t.parallelism, t.fsdp)
 
-    def load_data():
-        return make_datasets(
-            config, workdir, row_multiple=parallel.num_devices,
-            shard_index=jax.process_index(), shard_count=jax.process_count(),
-        )  # fmt: skip
 
-    if jax.process_count() > 1:
-        # Process 0 prepares the workdir's shared files first (corpus, TFDS dataset, vocabulary,
-        # token cache); the others wait, then read them. Concurrent TFDS preparation in one
-        # directory races (FileExistsError when the second process renames its copy into place).
-        from jax.experimental import multihost_utils
+def _load_data(config, workdir: str, parallel: Parallel, is_main: bool) -> DataBundle:
+    if jax.process_count() == 1:
+        return _make_datasets(config, workdir, parallel)
+    # Process 0 prepares the workdir's shared files first (corpus, TFDS dataset, vocabulary,
+    # token cache); the others wait, then read them. Concurrent TFDS preparation in one
+    # directory races (FileExistsError when the second process renames its copy into place).
+    from jax.experimental import multihost_utils
 
-        data = None
-        if is_main:
-            data = load_data()
-            data.train_stats  # noqa: B018 - the train split (and TFDS build) loads lazily
-        multihost_utils.sync_global_devices("transformer.training.loop: data prepared")
-        if data is None:
-            data = load_data()
-    else:
-        data = load_data()
+    data = None
+    if is_main:
+        data = _make_datasets(config, workdir, parallel)
+        data.train_stats  # noqa: B018 - the train split (and TFDS build) loads lazily
+    multihost_utils.sync_global_devices("transformer.training.loop: data prepared")
+    if data is None:
+        data = _make_datasets(config, workdir, parallel)
+    return data
+
+
+def _make_datasets(config, workdir: str, parallel: Parallel) -> DataBundle:
+    return make_datasets(
+        config, workdir, row_multiple=parallel.num_devices,
+        shard_index=jax.process_index(), shard_count=jax.process_count(),
+    )  # fmt: skip
+
+
+def _save_config(
+    config, workdir: str, model_cfg: ModelConfig, data: DataBundle, is_main: bool
+) -> ModelConfig:
+    """Resolves the model's vocab_size from the tokenizers, checks the workdir's model again
+    with it and saves config.json; returns the model config with that vocab_size."""
     # A missing validation split fails now, not at the first evaluation (reading it is cheap;
     # tokenizing waits for the evaluation).
     load_split(config.data, data.split_name("valid"), workdir)
@@ -142,75 +184,85 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
     run_config.check_same_model(config, workdir)  # now with the resolved vocab_size too
     if is_main:
         run_config.save(config, workdir)
+    return model_cfg
 
-    optimizer, schedule = make_optimizer(t)
-    model = build_model(model_cfg, t.seed)
-    graphdef, state = init_state(model, optimizer)
-    checkpoints = Checkpointer(workdir, keep=t.keep_checkpoints)
-    logger = MetricsLogger(workdir, enabled=is_main, total_steps=t.num_steps)
-    train_iter = data.train_iterator()
 
-    start = checkpoints.latest_step()
-    if start is not None:
-        target = _as_dict(state)
-        if parallel.kind == "mesh":
-            # Restore straight into the training layout (each process reads its own shards).
-            # Restoring into this process's single-device arrays and then moving them onto a
-            # mesh that spans several processes fails: jax.device_put of committed arrays
-            # across hosts is unsupported on CPU ("does not support cross-host transfers").
-            target = jax.tree.map(
-                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                target, parallel.state_shardings(target),
-            )  # fmt: skip
-        restored, data_state, meta = checkpoints.restore(start, target)
-        check_tokenizers(meta, data, f"{workdir}/checkpoints/{start}")
-        state = TrainState(**restored)
-        train_iter.set_state(data_state)
-        logger.truncate_after(start)
-        logger.log_text(f"resumed from checkpoint at step {start}", step=start)
-    else:
-        start = 0
-        n_params = count_params(model)
-        stats = data.train_stats
-        shape = data.layout.shapes()[-1]
-        flops_per_token = forward_flops(model_cfg, 1, shape[0][1], shape[1][1]) / shape[1][1]
-        logger.log_text(
-            f"model: {n_params:,} parameters, {flops_per_token / 1e6:.1f} MFLOPs forward per "
-            f"target token at {shape[0][1]}+{shape[1][1]} tokens",
-            params=n_params, flops_per_token=flops_per_token,
+# ------------------------------------------------------------------------- train state
+
+
+def _restore_or_init(run: _Run, model, state: TrainState) -> tuple[TrainState, int]:
+    """(state, first step): the latest checkpoint's, or the fresh `state` from step 0."""
+    start = run.checkpoints.latest_step()
+    if start is None:
+        _log_new_run(run, model)
+        return state, 0
+    return _restore(run, state, start), start
+
+
+def _restore(run: _Run, state: TrainState, step: int) -> TrainState:
+    """The train state and data-iterator position of checkpoint `step`; metrics.jsonl rows
+    after it are dropped (they will be written again)."""
+    target = state_dict(state)
+    if run.parallel.kind == "mesh":
+        # Restore straight into the training layout (each process reads its own shards).
+        # Restoring into this process's single-device arrays and then moving them onto a
+        # mesh that spans several processes fails: jax.device_put of committed arrays
+        # across hosts is unsupported on CPU ("does not support cross-host transfers").
+        target = jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            target, run.parallel.state_shardings(target),
         )  # fmt: skip
-        logger.log_text(
-            f"data: {stats.num_kept:,} of {stats.num_pairs:,} training pairs kept "
-            f"({stats.num_dropped_long:,} longer than the length limits, "
-            f"{stats.num_dropped_empty + stats.num_empty_lines_skipped:,} empty)",
-            **dataclasses.asdict(stats),
-        )
-    del model
+    restored, data_state, meta = run.checkpoints.restore(step, target)
+    check_tokenizers(meta, run.data, f"{run.workdir}/checkpoints/{step}")
+    state = TrainState(**restored)
+    run.train_iter.set_state(data_state)
+    run.logger.truncate_after(step)
+    run.logger.log_text(f"resumed from checkpoint at step {step}", step=step)
+    return state
 
-    state = parallel.place_state(state)
-    train_step = parallel.compile_train_step(
+
+def _log_new_run(run: _Run, model) -> None:
+    """The model's size and cost, and how much of the training data the length limits kept."""
+    n_params = count_params(model)
+    stats = run.data.train_stats
+    shape = run.data.layout.shapes()[-1]  # ((rows, source len), (rows, target len))
+    flops_per_token = forward_flops(run.model_cfg, 1, shape[0][1], shape[1][1]) / shape[1][1]
+    run.logger.log_text(
+        f"model: {n_params:,} parameters, {flops_per_token / 1e6:.1f} MFLOPs forward per "
+        f"target token at {shape[0][1]}+{shape[1][1]} tokens",
+        params=n_params, flops_per_token=flops_per_token,
+    )  # fmt: skip
+    run.logger.log_text(
+        f"data: {stats.num_kept:,} of {stats.num_pairs:,} training pairs kept "
+        f"({stats.num_dropped_long:,} longer than the length limits, "
+        f"{stats.num_dropped_empty + stats.num_empty_lines_skipped:,} empty)",
+        **dataclasses.asdict(stats),
+    )
+
+
+def _compile_steps(run: _Run, graphdef, optimizer, schedule, state: TrainState) -> _Steps:
+    """The train and eval steps compiled for `state`'s placement, and the translator."""
+    t = run.config.train
+    train_step = run.parallel.compile_train_step(
         lambda axis: make_train_step(graphdef, optimizer, schedule, t, axis_name=axis), state
     )
-    eval_step = parallel.compile_eval_step(
+    eval_step = run.parallel.compile_eval_step(
         lambda axis: make_eval_step(graphdef, axis_name=axis), state.params
     )
     translator = Translator(
-        graphdef, model_cfg, DecodeSettings.from_config(config.decode),
-        data.source_tokenizer, data.target_tokenizer,
+        graphdef, run.model_cfg, DecodeSettings.from_config(run.config.decode),
+        run.data.source_tokenizer, run.data.target_tokenizer,
     )  # fmt: skip
-    base_rng = jax.random.key(t.seed)
+    return _Steps(train_step, eval_step, translator, jax.random.key(t.seed))
 
-    def evaluate(step: int) -> dict:
-        result = _evaluate(config, data, parallel, eval_step, translator, state, t)
-        logger.log_eval(step, result)
-        return result
 
-    def save(step: int, bleu: float | None):
-        meta = {"step": step, "time": time.time(), "tokenizers": tokenizer_fingerprints(data)}
-        checkpoints.save(
-            step, _as_dict(parallel.logical_state(state)), train_iter.get_state(), meta, bleu
-        )
+# -------------------------------------------------------------------------------- loop
 
+
+def _train_loop(run: _Run, steps: _Steps, state: TrainState, start: int) -> TrainResult:
+    """Steps `start`..num_steps with train rows every log_every steps, validation every
+    eval_every and a checkpoint every checkpoint_every (and at the end or on a signal)."""
+    t = run.config.train
     step = start
     last_loss = None
     last_valid = None
@@ -218,46 +270,52 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
     window_tokens, window_start = 0, time.perf_counter()
     with _StopFlag() as stop:
         while step < t.num_steps and stop.signal is None:
-            batch = next(train_iter)
+            batch = next(run.train_iter)
             window_tokens += int(np.count_nonzero(batch["src_segments"]))
             window_tokens += int(np.count_nonzero(batch["tgt_segments"]))
-            state, step_metrics = train_step(state, parallel.shard_batch(batch), base_rng)
+            state, step_metrics = steps.train_step(
+                state, run.parallel.shard_batch(batch), steps.base_rng
+            )
             if pending is not None:
-                last_loss = _check_finite(pending, checkpoints)
+                last_loss = _check_finite(pending, run.checkpoints)
             step += 1
             pending = (step, step_metrics)
             boundary = step % t.checkpoint_every == 0 or step == t.num_steps
             if step % t.log_every == 0 or boundary:
-                last_loss = _check_finite(pending, checkpoints)
+                last_loss = _check_finite(pending, run.checkpoints)
                 pending = None
-                values = jax.device_get(step_metrics)
-                elapsed = time.perf_counter() - window_start
-                values = {k: float(v) for k, v in values.items()}
-                values["perplexity"] = math.exp(min(values["nll"], 50.0))
-                values["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
-                logger.log_train(step, values)
+                _log_train(run.logger, step, step_metrics, window_tokens, window_start)
                 window_tokens, window_start = 0, time.perf_counter()
             bleu = None
             if step % t.eval_every == 0 or step == t.num_steps:
-                last_valid = evaluate(step)
+                last_valid = _validate(run, steps, state, step)
                 bleu = last_valid.get("bleu")
                 window_start = time.perf_counter()  # evaluation time is not training time
             if boundary:
-                save(step, bleu)
+                _save(run, state, step, bleu)
         if stop.signal is not None and step > start:
             if pending is not None:
-                last_loss = _check_finite(pending, checkpoints)
-            if checkpoints.latest_step() != step:
-                save(step, None)
-            logger.log_text(f"stopped by signal {stop.signal} at step {step}; checkpoint saved")
-    checkpoints.wait()
-    checkpoints.close()
-    logger.close()
+                last_loss = _check_finite(pending, run.checkpoints)
+            if run.checkpoints.latest_step() != step:
+                _save(run, state, step, None)
+            run.logger.log_text(f"stopped by signal {stop.signal} at step {step}; checkpoint saved")
     return TrainResult(step, last_loss, stop.signal is not None, last_valid)
 
 
-def _as_dict(state: TrainState) -> dict:
-    return {"step": state.step, "params": state.params, "opt_state": state.opt_state}
+def _log_train(logger: MetricsLogger, step: int, step_metrics, tokens: int, since: float):
+    """One train row: the step's metrics and the token rate since `since` (perf_counter)."""
+    values = jax.device_get(step_metrics)  # waits for the step, so the rate includes it
+    elapsed = time.perf_counter() - since
+    values = {k: float(v) for k, v in values.items()}
+    values["perplexity"] = math.exp(min(values["nll"], 50.0))
+    values["tokens_per_s"] = tokens / max(elapsed, 1e-9)
+    logger.log_train(step, values)
+
+
+def _save(run: _Run, state: TrainState, step: int, bleu: float | None) -> None:
+    meta = {"step": step, "time": time.time(), "tokenizers": tokenizer_fingerprints(run.data)}
+    state = state_dict(run.parallel.logical_state(state))
+    run.checkpoints.save(step, state, run.train_iter.get_state(), meta, bleu)
 
 
 def _check_finite(pending, checkpoints: Checkpointer) -> float:
@@ -278,12 +336,13 @@ def _check_finite(pending, checkpoints: Checkpointer) -> float:
     return loss
 
 
-def _evaluate(config, data, parallel, eval_step, translator, state, t) -> dict:
-    """Validation loss over the whole split and BLEU on its first sentences."""
-    split = data.eval_split("valid", batch_size=_eval_rows(config, parallel))
+def _validate(run: _Run, steps: _Steps, state: TrainState, step: int) -> dict:
+    """Validation loss over the whole split and BLEU on its first sentences, logged."""
+    parallel, t = run.parallel, run.config.train
+    split = run.data.eval_split("valid", batch_size=_eval_rows(run.config, parallel))
     totals = {"nll_sum": 0.0, "tokens": 0.0}
     for batch in split:
-        sums = jax.device_get(eval_step(state.params, parallel.shard_batch(batch)))
+        sums = jax.device_get(steps.eval_step(state.params, parallel.shard_batch(batch)))
         for key in totals:
             totals[key] += float(sums[key])
     nll = totals["nll_sum"] / max(totals["tokens"], 1.0)
@@ -291,12 +350,13 @@ def _evaluate(config, data, parallel, eval_step, translator, state, t) -> dict:
     n = min(int(t.eval_bleu_sentences), len(split.sources))
     if n > 0:
         params = parallel.logical_state(state).params
-        start = time.perf_counter()
-        translations = translator.translate(params, list(split.sources[:n]))
-        elapsed = time.perf_counter() - start
+        began = time.perf_counter()
+        translations = steps.translator.translate(params, list(split.sources[:n]))
+        elapsed = time.perf_counter() - began
         scores = metrics_lib.score(translations.best, list(split.targets[:n]))
         result.update(bleu=scores.bleu, chrf=scores.chrf, bleu_sentences=n,
                       sentences_per_s=n / max(elapsed, 1e-9))  # fmt: skip
+    run.logger.log_eval(step, result)
     return result
 
 

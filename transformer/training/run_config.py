@@ -52,7 +52,9 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
             raise UserError(f"unknown config section {section!r}; valid: {', '.join(base)}")
     for section in base:
         if section not in config:
-            raise UserError(f"config has no {section!r} section; start from configs/base.py")
+            raise UserError(
+                f"config has no {section!r} section; start from transformer.get_base_config()"
+            )
         unknown = sorted(set(config[section]) - set(base[section]))
         if unknown:
             raise UserError(

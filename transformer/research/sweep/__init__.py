@@ -1,0 +1,57 @@
+"""Sweeps: train and evaluate named config variants x seeds, then tabulate and plot them.
+
+    transformer-sweep --config configs/sweeps/architecture.py --workdir runs/sweep \
+        [--only VARIANT ...] [--dry_run] [--report_only] [--parallel N] [--retry_failed]
+
+A sweep config is a Python file whose `get_config()` returns a dict (or a ConfigDict built with
+``allow_dotted_keys=True``) with:
+
+  base            path of a run config file, e.g. 'configs/default.py'
+  overrides       {'section.field': value} applied to every run (e.g. a shorter schedule)
+  variants        {name: {'section.field': value, ...}}; a bare field name ('norm_position')
+                  is accepted when exactly one section has it; `grid(...)` builds products
+  seeds           [0, 1, ...]: each (variant, seed) is one run with train.seed = seed
+  eval_split      split scored by eval.py after training (default 'test')
+  eval_overrides  decode settings for that evaluation, e.g. {'decode.strategy': 'greedy'}
+  eval_longer_than  also score the test sentences whose source is longer than this many
+                  tokens, or 'train' (longer than data.max_source_len, i.e. than any training
+                  example): eval.py --longer_than, a length-generalisation column
+  parallel        runs at once (default 1); >1 starts that many subprocesses, one GPU each
+                  when GPUs are visible
+
+Each run trains in its own subprocess (`python -m transformer.cli.train --config BASE
+--config.k=v ...`, so a crash or divergence ends only that run and its memory is released) in
+``DIR/<variant>/<seed>`` and is then scored by ``python -m transformer.cli.evaluate --split
+<eval_split>``. The sweep skips finished runs (``eval/<split>.json`` exists with step ==
+train.num_steps), resumes interrupted ones (train.py resumes from the latest checkpoint) and
+records failed or diverged runs in ``DIR/<variant>/<seed>/status.json`` without stopping (rerun
+them with --retry_failed). Logs of each attempt go to ``train.log`` / ``eval.log`` beside it.
+
+At the end (or with --report_only) it writes ``DIR/results.csv`` and ``DIR/results.md`` (per
+variant: BLEU mean and std over seeds, chrF, best validation loss, parameters, training
+tokens/s, wall time, failures), ``DIR/runs.csv`` (one row per run), ``DIR/valid_loss.png``
+and ``DIR/bleu.png``.
+
+The parts: the config format, `grid` and `load_sweep` (spec), one `Run` per (variant, seed)
+and its files in the run directory (runs), the subprocesses that train and evaluate them
+(execution) and the tables and plots (results).
+"""
+
+from transformer.research.sweep.execution import DEFAULT_POLL_S, execute
+from transformer.research.sweep.results import readme_block, write_report
+from transformer.research.sweep.runs import Run, is_finished, plan_runs, read_status
+from transformer.research.sweep.spec import Sweep, grid, load_sweep
+
+__all__ = [
+    "DEFAULT_POLL_S",
+    "Run",
+    "Sweep",
+    "execute",
+    "grid",
+    "is_finished",
+    "load_sweep",
+    "plan_runs",
+    "read_status",
+    "readme_block",
+    "write_report",
+]

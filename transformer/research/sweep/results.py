@@ -1,0 +1,272 @@
+"""A sweep's results: each run's summary (from its status.json, eval JSON and metrics.jsonl)
+aggregated per variant over seeds, written as DIR/results.csv, DIR/results.md and
+DIR/runs.csv, with the plots DIR/valid_loss.png and DIR/bleu.png; `readme_block` turns
+results.md into a README section."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+
+from transformer.common.errors import UserError
+from transformer.research.sweep.runs import Run, is_finished, read_eval, read_status
+from transformer.research.sweep.spec import Sweep, short_value
+
+TABLE_COLUMNS = ["variant", "overrides", "runs", "done", "bleu_mean", "bleu_std", "chrf_mean",
+                 "longer_bleu_mean", "longer_bleu_std", "longer_sentences", "best_valid_loss",
+                 "params", "tokens_per_s", "wall_s", "diverged", "failed"]  # fmt: skip
+RUN_COLUMNS = ["variant", "seed", "status", "bleu", "chrf", "longer_bleu", "best_valid_loss",
+               "params", "tokens_per_s", "wall_s", "error"]  # fmt: skip
+
+
+def _run_summary(run: Run) -> dict:
+    from transformer.training.logger import read_metrics
+
+    status = read_status(run)
+    record = read_eval(run) if is_finished(run) else None
+    try:
+        rows = read_metrics(os.path.join(run.workdir, "metrics.jsonl"))
+    except UserError:
+        rows = []
+    evals = [r for r in rows if r.get("kind") == "eval" and r.get("split", "valid") == "valid"]
+    curve = [(r["step"], r["loss"]) for r in evals if "loss" in r]
+    params = next((r["params"] for r in rows if r.get("kind") == "info" and "params" in r), None)
+    tps = [r["tokens_per_s"] for r in rows if r.get("kind") == "train" and "tokens_per_s" in r]
+    wall = status.get("train_wall_s")
+    if wall is None and record is not None:
+        wall = record.get("train_time_s")
+    state = "done" if record is not None else status.get("status", "not run")
+    return {
+        "variant": run.variant,
+        "seed": run.seed,
+        "status": state,
+        "bleu": record.get("bleu") if record else None,
+        "chrf": record.get("chrf") if record else None,
+        "longer_bleu": (record.get("longer") or {}).get("bleu") if record else None,
+        "longer_sentences": (record.get("longer") or {}).get("sentences") if record else None,
+        "best_valid_loss": min((loss for _, loss in curve if math.isfinite(loss)), default=None),
+        "params": params,
+        "tokens_per_s": statistics.median(tps) if tps else None,
+        "wall_s": wall,
+        "error": status.get("error") if state in ("failed", "diverged") else None,
+        "curve": curve,
+    }
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _std(values):
+    values = [v for v in values if v is not None]
+    return statistics.stdev(values) if len(values) >= 2 else None
+
+
+def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
+    """(one row per variant, over its seeds; one summary per run)."""
+    per_run = [_run_summary(r) for r in runs]
+    table = []
+    for name in sweep.variants:
+        rs = [r for r in per_run if r["variant"] == name]
+        if not rs:
+            continue
+        done = [r for r in rs if r["status"] == "done"]
+        table.append({
+            "variant": name,
+            "overrides": " ".join(f"{k}={short_value(v)}" for k, v in sweep.variants[name].items()),
+            "runs": len(rs),
+            "done": len(done),
+            "bleu_mean": _mean(r["bleu"] for r in done),
+            "bleu_std": _std(r["bleu"] for r in done),
+            "chrf_mean": _mean(r["chrf"] for r in done),
+            "longer_bleu_mean": _mean(r["longer_bleu"] for r in done),
+            "longer_bleu_std": _std(r["longer_bleu"] for r in done),
+            "longer_sentences": next((r["longer_sentences"] for r in done), None),
+            "best_valid_loss": _mean(r["best_valid_loss"] for r in done),
+            "params": next((r["params"] for r in rs if r["params"] is not None), None),
+            "tokens_per_s": _mean(r["tokens_per_s"] for r in done),
+            "wall_s": _mean(r["wall_s"] for r in done),
+            "diverged": sum(r["status"] == "diverged" for r in rs),
+            "failed": sum(r["status"] == "failed" for r in rs),
+        })  # fmt: skip
+    return table, per_run
+
+
+def _fmt(value, spec: str = "{:.2f}") -> str:
+    if value is None:
+        return ""
+    return spec.format(value)
+
+
+def _write_csv(path: str, columns: list[str], rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if row[k] is None else row[k] for k in columns})
+
+
+def write_report(sweep: Sweep, runs: list[Run], workdir: str) -> list[dict]:
+    """Writes the tables and plots into `workdir`; returns the per-variant rows."""
+    table, per_run = aggregate(sweep, runs)
+    os.makedirs(workdir, exist_ok=True)
+    _write_csv(os.path.join(workdir, "results.csv"), TABLE_COLUMNS, table)
+    _write_csv(os.path.join(workdir, "runs.csv"), RUN_COLUMNS, per_run)
+    _write_markdown(sweep, table, per_run, workdir)
+    _plot_valid_loss(sweep, per_run, workdir)
+    _plot_bleu(sweep, table, workdir)
+    return table
+
+
+def _mean_std(mean, std) -> str:
+    text = _fmt(mean)
+    if std is not None:
+        text += f" ± {std:.2f}"
+    return text
+
+
+def _markdown_intro(sweep: Sweep) -> list[str]:
+    """The title and what every run shares: base config, seeds, evaluation, overrides."""
+    n_seeds = len(sweep.seeds)
+    lines = [
+        f"# Sweep results: {os.path.basename(sweep.path)}",
+        "",
+        f"Base config `{sweep.base}`, {len(sweep.variants)} variant(s) x {n_seeds} seed(s) "
+        f"{sweep.seeds}; {sweep.eval_split} BLEU/chrF from eval.py"
+        + (
+            " with " + ", ".join(f"`{k}={short_value(v)}`" for k, v in sweep.eval_overrides.items())
+            if sweep.eval_overrides
+            else ""
+        )
+        + ".",
+    ]
+    if sweep.overrides:
+        shown = ", ".join(f"`{k}={short_value(v)}`" for k, v in sweep.overrides.items())
+        lines += ["", f"Every run: {shown}."]
+    return lines
+
+
+def _markdown_table(sweep: Sweep, table: list[dict]) -> list[str]:
+    """One row per variant; a long-sentence BLEU column when the sweep scores one."""
+    longer = sweep.eval_longer_than is not None
+    longer_head = ""
+    if longer:
+        over = sweep.eval_longer_than
+        over = "data.max_source_len" if over == "train" else over
+        n = next((r["longer_sentences"] for r in table if r["longer_sentences"] is not None), None)
+        longer_head = f" BLEU, source > {over} tokens" + (f" ({n} sent.)" if n else "") + " |"
+    lines = [
+        "",
+        "| variant | overrides | BLEU (mean ± std) | chrF |" + longer_head + " best valid loss | "
+        "params | train tok/s | wall s/run | done | diverged | failed |",
+        "|---|---|---|---|" + ("---|" if longer else "") + "---|---|---|---|---|---|---|",
+    ]
+    for row in table:
+        bleu = _mean_std(row["bleu_mean"], row["bleu_std"])
+        longer_cell = ""
+        if longer:
+            longer_cell = f" {_mean_std(row['longer_bleu_mean'], row['longer_bleu_std'])} |"
+        lines.append(
+            f"| {row['variant']} | {row['overrides'] or '(base)'} | {bleu} | "
+            f"{_fmt(row['chrf_mean'])} |{longer_cell} {_fmt(row['best_valid_loss'], '{:.3f}')} | "
+            f"{_fmt(row['params'], '{:,}')} | {_fmt(row['tokens_per_s'], '{:,.0f}')} | "
+            f"{_fmt(row['wall_s'], '{:.0f}')} | {row['done']}/{row['runs']} | "
+            f"{row['diverged']} | {row['failed']} |"
+        )
+    return lines
+
+
+def _markdown_notes(per_run: list[dict]) -> list[str]:
+    """Failed and unfinished runs, then what the columns and plots mean."""
+    lines = []
+    problems = [r for r in per_run if r["status"] in ("failed", "diverged")]
+    if problems:
+        lines += ["", "Failed or diverged runs:", ""]
+        for r in problems:
+            lines.append(f"- {r['variant']} seed {r['seed']}: {r['status']}: {r['error'] or ''}")
+    unfinished = [r for r in per_run if r["status"] not in ("done", "failed", "diverged")]
+    if unfinished:
+        lines += ["", f"Not finished: {len(unfinished)} run(s) (rerun the sweep to resume)."]
+    lines += [
+        "",
+        "BLEU std is the sample standard deviation over seeds; best valid loss is the lowest "
+        "validation loss (NLL) of each run, averaged over seeds; train tok/s is the median of "
+        "the logged training rows (source + target tokens), averaged over seeds.",
+        "",
+        "Plots: `valid_loss.png` (validation loss, mean over seeds), `bleu.png` "
+        "(BLEU, error bars = std over seeds). Per-run rows: `runs.csv`.",
+        "",
+    ]
+    return lines
+
+
+def _write_markdown(sweep: Sweep, table, per_run, workdir: str) -> None:
+    lines = _markdown_intro(sweep) + _markdown_table(sweep, table) + _markdown_notes(per_run)
+    with open(os.path.join(workdir, "results.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def readme_block(workdir: str, command: str) -> str:
+    """DIR/results.md for a README section: its title demoted to bold, the command first."""
+    with open(os.path.join(workdir, "results.md")) as f:
+        lines = f.read().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines[0] = f"**{lines[0][2:]}** (rendered by `{command}`)"
+    return "\n".join(lines) + "\n"
+
+
+def _pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (sweeps run without a display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plot_valid_loss(sweep: Sweep, per_run: list[dict], workdir: str) -> None:
+    """DIR/valid_loss.png: each variant's validation loss curve, mean over its seeds."""
+    import numpy as np
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name in sweep.variants:
+        curves = [dict(r["curve"]) for r in per_run if r["variant"] == name and r["curve"]]
+        if not curves:
+            continue
+        steps = sorted(set().union(*curves))
+        mean = [np.nanmean([c.get(s, np.nan) for c in curves]) for s in steps]
+        ax.plot(steps, mean, marker="o", markersize=3, label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss (NLL)")
+    ax.set_title("Validation loss (mean over seeds)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(workdir, "valid_loss.png"), dpi=100)
+    plt.close(fig)
+
+
+def _plot_bleu(sweep: Sweep, table: list[dict], workdir: str) -> None:
+    """DIR/bleu.png: a bar per variant, its mean BLEU with the std over seeds as error bar."""
+    import numpy as np
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(table) + 2), 5))
+    names = [row["variant"] for row in table]
+    means = [row["bleu_mean"] if row["bleu_mean"] is not None else np.nan for row in table]
+    stds = [row["bleu_std"] or 0.0 for row in table]
+    x = np.arange(len(names))
+    ax.bar(x, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)
+    ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"{sweep.eval_split} BLEU")
+    ax.set_title(f"BLEU per variant ({len(sweep.seeds)} seed(s), error bars = std)")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(workdir, "bleu.png"), dpi=100)
+    plt.close(fig)

@@ -1,0 +1,168 @@
+"""The runs of a sweep: `plan_runs` turns a `Sweep` into one `Run` per (variant, seed), each
+with its train/eval command lines and its config checked in-process; per-run state lives in
+the run directory (status.json, eval/<split>.json, metrics.jsonl), and a failed subprocess is
+classified as 'failed' or 'diverged' from its stderr."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import sys
+import time
+
+from transformer.common.errors import UserError
+from transformer.common.fileio import atomic_write
+from transformer.research.sweep.spec import Sweep, load_base_config
+from transformer.training import run_config
+
+STATUS_FILE = "status.json"
+
+
+@dataclasses.dataclass
+class Run:
+    variant: str
+    seed: int
+    workdir: str
+    overrides: dict[str, object]  # sweep overrides + variant overrides + train.seed
+    eval_overrides: dict[str, object]
+    base: str
+    eval_split: str
+    num_steps: int | None = None
+    config_error: str | None = None
+    eval_longer_than: int | str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"variant={self.variant} seed={self.seed}"
+
+    def train_command(self) -> list[str]:
+        args = [sys.executable, "-m", "transformer.cli.train", f"--config={self.base}",
+                f"--workdir={self.workdir}"]  # fmt: skip
+        return args + [f"--config.{k}={flag_value(v)}" for k, v in self.overrides.items()]
+
+    def eval_command(self) -> list[str]:
+        args = [sys.executable, "-m", "transformer.cli.evaluate", f"--workdir={self.workdir}",
+                f"--split={self.eval_split}"]  # fmt: skip
+        if self.eval_longer_than is not None:
+            args.append(f"--longer_than={self.eval_longer_than}")
+        return args + [f"--config.{k}={flag_value(v)}" for k, v in self.eval_overrides.items()]
+
+    @property
+    def eval_json(self) -> str:
+        return os.path.join(self.workdir, "eval", f"{self.eval_split}.json")
+
+
+def flag_value(value) -> str:
+    """`value` as the text of a --config.section.field=... flag."""
+    if value is None:
+        raise UserError("None cannot be passed as a --config override; leave the key out")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        raise UserError(f"list/tuple override values are not supported: {value!r}")
+    return str(value)
+
+
+def plan_runs(sweep: Sweep, workdir: str, only: list[str] | None = None) -> list[Run]:
+    if only:
+        missing = [v for v in only if v not in sweep.variants]
+        if missing:
+            raise UserError(f"--only {missing}: no such variant; valid: {list(sweep.variants)}")
+    base_path = sweep.base_file or sweep.base
+    runs = []
+    # Seed-major order: a sweep stopped half-way has every variant's first seed.
+    for seed, (name, variant) in itertools.product(sweep.seeds, sweep.variants.items()):
+        if only and name not in only:
+            continue
+        overrides = {**sweep.overrides, **variant, "train.seed": seed}
+        decode = {k: v for k, v in variant.items() if k.startswith("decode.")}
+        run = Run(
+            variant=name,
+            seed=seed,
+            workdir=os.path.join(workdir, name, str(seed)),
+            overrides=overrides,
+            eval_overrides={**sweep.eval_overrides, **decode},
+            base=base_path,
+            eval_split=sweep.eval_split,
+            eval_longer_than=sweep.eval_longer_than,
+        )
+        _resolve_run_config(run)
+        runs.append(run)
+    return runs
+
+
+def _resolve_run_config(run: Run) -> None:
+    """Builds the run's config in-process: catches bad values before any subprocess starts."""
+    try:
+        config = load_base_config(run.base)
+        for key, value in run.overrides.items():
+            section, _, field = key.partition(".")
+            config[section][field] = value
+        run_config.validate(config)
+        for key in run.overrides:  # the values must survive the command line
+            flag_value(run.overrides[key])
+        run.num_steps = int(config.train.num_steps)
+    except (UserError, TypeError, ValueError, KeyError, AttributeError) as e:
+        run.config_error = " ".join(str(e).split()) or type(e).__name__
+
+
+def read_status(run: Run) -> dict:
+    try:
+        with open(os.path.join(run.workdir, STATUS_FILE)) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def write_status(run: Run, **fields) -> dict:
+    os.makedirs(run.workdir, exist_ok=True)
+    status = read_status(run)
+    status.update(fields, variant=run.variant, seed=run.seed, overrides=run.overrides,
+                  updated=time.time())  # fmt: skip
+    path = os.path.join(run.workdir, STATUS_FILE)
+    atomic_write(path, json.dumps(status, indent=2, default=str))
+    return status
+
+
+def read_eval(run: Run) -> dict | None:
+    try:
+        with open(run.eval_json) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def is_finished(run: Run) -> bool:
+    record = read_eval(run)
+    return record is not None and run.num_steps is not None and record.get("step") == run.num_steps
+
+
+def classify_failure(returncode: int, stderr_text: str) -> str:
+    """'diverged' when the trainer reported a non-finite loss, else 'failed'."""
+    if "non-finite loss" in stderr_text.lower():
+        return "diverged"
+    return "failed"
+
+
+def error_line(stderr_text: str) -> str:
+    """The line of a subprocess's stderr that names its error (at most 500 characters)."""
+    lines = [ln.strip() for ln in stderr_text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith("error:") or "Error" in ln.split(":")[0]:
+            return ln[:500]
+    return lines[-1][:500] if lines else ""
+
+
+def last_train_step(workdir: str) -> int | None:
+    from transformer.training.logger import read_metrics
+
+    try:
+        rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    except UserError:
+        return None
+    steps = [r["step"] for r in rows if r.get("kind") == "train" and "step" in r]
+    return steps[-1] if steps else None

@@ -1,0 +1,53 @@
+"""A run's model and train state as its checkpoints hold them: the model built from its
+config, the train state's shapes without allocating it, the dict a checkpoint stores, and
+the tokenizer fingerprints in each checkpoint's metadata that tie it to the run's
+vocabularies. The training loop and `transformer.evaluation.restore` share these.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from transformer.common.errors import UserError
+from transformer.model.transformer import Transformer
+from transformer.training.steps import TrainState, init_state
+
+
+def build_model(model_cfg, seed: int) -> Transformer:
+    return Transformer(model_cfg, rngs=nnx.Rngs(params=seed))
+
+
+def abstract_train_state(model_cfg, optimizer):
+    """Shapes and dtypes of the train state, without allocating it."""
+
+    def make():
+        return init_state(build_model(model_cfg, 0), optimizer)[1]
+
+    return jax.eval_shape(make)
+
+
+def state_dict(state: TrainState) -> dict:
+    """The train state in the form a checkpoint stores it."""
+    return {"step": state.step, "params": state.params, "opt_state": state.opt_state}
+
+
+def tokenizer_fingerprints(data) -> dict:
+    """Hashes of the run's vocabularies, stored in each checkpoint's metadata."""
+    return {side: getattr(data, f"{side}_tokenizer").fingerprint for side in ("source", "target")}
+
+
+def check_tokenizers(meta: dict, data, checkpoint: str) -> None:
+    """The run's tokenizers must be the ones its checkpoint was trained with: a vocabulary of
+    the same size but other pieces would load and silently translate garbage."""
+    saved = (meta or {}).get("tokenizers")
+    if not saved:
+        return  # a checkpoint written before fingerprints were recorded
+    for side, fingerprint in tokenizer_fingerprints(data).items():
+        if saved.get(side) != fingerprint:
+            tok = getattr(data, f"{side}_tokenizer")
+            raise UserError(
+                f"the {side} tokenizer {tok.path or ''} (fingerprint {fingerprint}) is not the "
+                f"one {checkpoint} was trained with ({saved.get(side)}); restore the run's "
+                "vocab/ directory or the original data.vocab_path"
+            )
