@@ -66,7 +66,7 @@ def test_uniform_head_is_flagged_dead_and_statistics_are_shares():
     q.bias[...] = jnp.zeros_like(q.bias[...])
     graphdef, params = nnx.split(model)
     analyzer = HeadAnalyzer(graphdef, params, cfg, [_batch()])
-    result = analyzer.evaluate(with_stats=True)
+    result = analyzer.score_sample(with_stats=True)
     ent = result.stats["encoder_self"]["entropy"]
     np.testing.assert_allclose(ent[0], 1.0, atol=1e-5)  # uniform over the visible keys
     assert (ent[1] < 0.999).all()
@@ -84,6 +84,7 @@ def test_uniform_head_is_flagged_dead_and_statistics_are_shares():
     assert np.isfinite(result.loss) and result.tokens == 17
 
 
+@pytest.mark.slow
 def test_masking_heads_changes_logits_only_when_something_is_masked():
     cfg, model = _model()
     b = _batch()
@@ -100,8 +101,8 @@ def test_masking_heads_changes_logits_only_when_something_is_masked():
     set_head_masks(model, None)
     graphdef, params = nnx.split(model)
     analyzer = HeadAnalyzer(graphdef, params, cfg, [b])
-    assert analyzer.evaluate().loss == analyzer.evaluate(with_stats=True).loss
-    assert analyzer.evaluate([("encoder_self", 0, 0)]).loss != analyzer.evaluate().loss
+    assert analyzer.score_sample().loss == analyzer.score_sample(with_stats=True).loss
+    assert analyzer.score_sample([("encoder_self", 0, 0)]).loss != analyzer.score_sample().loss
 
 
 def test_parse_mask_spec_rejects_bad_items():

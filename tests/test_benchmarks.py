@@ -138,6 +138,7 @@ def test_bad_what_is_a_one_line_error():
     )
 
 
+@pytest.mark.slow
 def test_decode_modes_selects_the_cached_decoders():
     proc = _start(["--what=decode", "--decode_modes=greedy", "--decode_lengths=8",
                    "--nocache_lengths=8", "--nocache_blocks=2", "--decode_warmup=0"])  # fmt: skip

@@ -86,7 +86,7 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     assert float(rows["pre"]["best_valid_loss"]) > 0 and float(rows["pre"]["tokens_per_s"]) > 0
     md = open(os.path.join(workdir, "results.md")).read()
     assert "| pre |" in md and "| post |" in md and "bad seed 0: failed" in md
-    for png in ("valid_loss.png", "bleu.png"):
+    for png in ("valid_loss.png", "bleu.png", "length_bleu.png"):
         assert os.path.getsize(os.path.join(workdir, png)) > 1000
 
     # Interrupted after training, before its evaluation: only that run's eval reruns.
@@ -144,3 +144,119 @@ def test_eval_longer_than_reaches_eval_py_and_is_validated(tmp_path):
         )
         with pytest.raises(UserError, match="eval_longer_than"):
             sw.load_sweep(path)
+
+
+def _finished_run(tmp_path, variant, seed, hyps, refs):
+    """A Run whose eval files exist, as eval.py leaves them (step == num_steps)."""
+    from transformer.research.sweep.runs import Run
+
+    workdir = tmp_path / variant / str(seed)
+    (workdir / "eval").mkdir(parents=True)
+    (workdir / "eval" / "test.json").write_text(json.dumps({"step": 6, "bleu": 0, "chrf": 0}))
+    (workdir / "eval" / "test.hyp.txt").write_text("\n".join(hyps) + "\n")
+    (workdir / "eval" / "test.ref.txt").write_text("\n".join(refs) + "\n")
+    return Run(variant, seed, str(workdir), {}, {}, "base.py", "test", num_steps=6)
+
+
+def test_variants_are_compared_with_the_baseline_by_sacrebleus_paired_bootstrap(tmp_path):
+    import random
+
+    from sacrebleu.significance import PairedTest
+
+    from transformer.research.sweep.results import aggregate
+    from transformer.research.sweep.spec import Sweep
+    from transformer.scoring.metrics import sacrebleu_metrics
+
+    rng = random.Random(0)
+    words = "der die das Hund Katze sieht den roten Mann".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))) for _ in range(40)]
+
+    def noisy(p):
+        return [" ".join(w if rng.random() > p else rng.choice(words) for w in r.split())
+                for r in refs]  # fmt: skip
+
+    hyps = {("base", 0): noisy(0.5), ("base", 1): noisy(0.5), ("good", 0): noisy(0.1),
+            ("good", 1): noisy(0.1)}  # fmt: skip
+    for seed in (0, 1):  # 'same' differs from the baseline in two sentences per seed
+        same = list(hyps[("base", seed)])
+        same[seed] = same[seed + 2] = "der Hund"
+        hyps[("same", seed)] = same
+    runs = [_finished_run(tmp_path, v, s, h, refs) for (v, s), h in hyps.items()]
+    sweep = Sweep(path="s.py", base="base.py", overrides={}, seeds=[0, 1], eval_split="test",
+                  variants={"base": {}, "good": {}, "same": {}}, eval_overrides={},
+                  parallel=1, baseline="base")  # fmt: skip
+    table, per_run = aggregate(sweep, runs)
+    rows = {r["variant"]: r for r in table}
+    assert rows["base"]["bleu_delta"] is None
+    # The pooled test is sacreBLEU's on the concatenated seeds, computed here independently.
+    pooled_base = hyps[("base", 0)] + hyps[("base", 1)]
+    for name in ("good", "same"):
+        pooled = hyps[(name, 0)] + hyps[(name, 1)]
+        _, scores = PairedTest([("b", pooled_base), ("s", pooled)], sacrebleu_metrics(),
+                               [refs + refs], test_type="bs", n_samples=1000)()  # fmt: skip
+        expected = scores["BLEU"][1]
+        assert rows[name]["bleu_p"] == pytest.approx(expected.p_value)
+        assert rows[name]["bleu_delta"] == pytest.approx(expected.score - scores["BLEU"][0].score)
+        assert (
+            rows[name]["bleu_delta_low"]
+            <= rows[name]["bleu_delta"]
+            <= rows[name]["bleu_delta_high"]
+        )
+    p = {n: rows[n]["bleu_p"] for n in ("good", "same")}
+    low, high = sorted(p.values())
+    assert sorted(rows[n]["bleu_p_holm"] for n in p) == pytest.approx(
+        [min(1, 2 * low), max(min(1, 2 * low), high)]
+    )
+    assert rows["good"]["bleu_significant"] and not rows["same"]["bleu_significant"]
+    seed0 = next(r for r in per_run if (r["variant"], r["seed"]) == ("good", 0))
+    assert seed0["bleu_delta"] > 0 and seed0["bleu_p"] < 0.05
+    from transformer.research.sweep.results import write_report
+
+    write_report(sweep, runs, str(tmp_path / "report"))
+    md = open(tmp_path / "report" / "results.md").read()
+    assert "| base | (base) |" in md and "| baseline |" in md
+    good_row = next(line for line in md.splitlines() if line.startswith("| good |"))
+    assert f"{rows['good']['bleu_delta']:+.2f} [" in good_row and ") * |" in good_row
+    assert os.path.getsize(tmp_path / "report" / "length_bleu.png") > 1000
+
+
+def test_baseline_defaults_to_the_first_variant_and_must_be_one(tmp_path):
+    path = _write_sweep(tmp_path, {"a": {"model.norm_position": "pre"}, "b": {}})
+    assert sw.load_sweep(path).baseline == "a"
+    text = open(path).read().replace("'parallel'", "'baseline': 'c', 'parallel'")
+    open(path, "w").write(text)
+    with pytest.raises(UserError, match="baseline 'c' is not a variant"):
+        sw.load_sweep(path)
+
+
+def test_matched_arm_has_the_baselines_parameter_count_by_the_analytic_formula(tmp_path):
+    # An FFN layer holds W1, W2 and their biases (2 d f + f + d parameters); a gated one adds
+    # Wg and its bias (3 d f' + 2 f' + d); nothing else changes, so equal counts need
+    # f' = (2 d f + f) / (3 d + 2), about 2/3 of f.
+    variants = {"relu": {}, "swiglu": {"model.activation": "swiglu"}}
+    path = _write_sweep(tmp_path, variants)
+    matched = {
+        "swiglu_params": {"variant": "swiglu", "match": "params", "solve": "model.d_ff"},
+        "swiglu_flops": {"variant": "swiglu", "match": "flops", "solve": "model.d_ff"},
+    }
+    text = open(path).read().replace("'parallel'", f"'matched': {matched!r}, 'parallel'")
+    open(path, "w").write(text)
+    sweep = sw.load_sweep(path)
+    assert list(sweep.variants) == ["relu", "swiglu", "swiglu_params", "swiglu_flops"]
+    d, f = TINY["model.d_model"], TINY["model.d_ff"]
+    solved = sweep.variants["swiglu_params"]["model.d_ff"]
+    assert abs(solved - (2 * d * f + f) / (3 * d + 2)) <= 0.5  # the closest integer
+    assert sweep.variants["swiglu_params"]["model.activation"] == "swiglu"
+    # FLOPs per token count the matrices only: 2 d f = 3 d f' gives f' = 2 f / 3.
+    assert abs(sweep.variants["swiglu_flops"]["model.d_ff"] - 2 * f / 3) <= 0.5
+
+
+@pytest.mark.slow
+def test_a_matched_arm_that_cannot_match_is_a_user_error(tmp_path):
+    variants = {"small": {}, "big": {"model.d_model": 64}}
+    path = _write_sweep(tmp_path, variants)
+    matched = {"m": {"variant": "big", "match": "params", "solve": "model.num_heads"}}
+    text = open(path).read().replace("'parallel'", f"'matched': {matched!r}, 'parallel'")
+    open(path, "w").write(text)
+    with pytest.raises(UserError, match="matched variant 'm'"):
+        sw.load_sweep(path)

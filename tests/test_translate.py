@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import math
 import os
 
 import jax
@@ -12,6 +13,7 @@ from flax import nnx
 
 from tests.helpers import fast_subset, run, tiny_config
 from transformer import ModelConfig, Transformer
+from transformer.common.special_ids import BOS_ID, EOS_ID
 from transformer.inference.translator import DecodeSettings, Translator
 from transformer.model.config import NORM_POSITIONS, POSITIONS
 from transformer.training.steps import init_state
@@ -315,3 +317,110 @@ def test_eval_longer_than_scores_the_sentences_over_the_limit(trained_run, tmp_p
     expected = sacrebleu.corpus_bleu([hyps[i] for i in keep], [[references[i] for i in keep]])
     assert longer["bleu"] == pytest.approx(expected.score, abs=1e-6)
     assert f"sources over {limit} tokens: {len(keep)} sentences, BLEU" in proc.stdout
+
+
+@pytest.mark.slow
+def test_eval_writes_length_buckets_scored_on_each_buckets_sentences(trained_run, tmp_path):
+    import sacrebleu
+    import sentencepiece as spm
+
+    sources = ["The dog sleeps.", "The clever boy sees the red dog in the big house.",
+               "The old woman who sees the small cat gives the boy a red apple.",
+               "A cat sees the boy."]  # fmt: skip
+    references = ["Der Hund schläft.", "x y", "Die alte Frau gibt dem Jungen einen Apfel.", "z"]
+    (tmp_path / "s.txt").write_text("\n".join(sources) + "\n")
+    (tmp_path / "r.txt").write_text("\n".join(references) + "\n")
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(trained_run, "vocab", "shared.model"))
+    lengths = [len(sp.encode(s)) + 1 for s in sources]  # EOS counts, as in data.max_source_len
+    edge = sorted(lengths)[1]
+    run(["eval.py", "--workdir", trained_run, "--src", str(tmp_path / "s.txt"),
+         "--ref", str(tmp_path / "r.txt"), "--name", "buckets", f"--length_buckets={edge}"],
+        check=True)  # fmt: skip
+    record = json.load(open(os.path.join(trained_run, "eval", "buckets.json")))
+    hyps = open(os.path.join(trained_run, "eval", "buckets.hyp.txt")).read().splitlines()
+    short, long = record["length_buckets"]
+    for bucket, keep in (
+        (short, [n <= edge for n in lengths]),
+        (long, [n > edge for n in lengths]),
+    ):
+        members = [i for i, k in enumerate(keep) if k]
+        assert bucket["sentences"] == len(members)
+        expected = sacrebleu.corpus_bleu(
+            [hyps[i] for i in members], [[references[i] for i in members]]
+        )
+        assert bucket["bleu"] == pytest.approx(expected.score, abs=1e-6)
+    run(["eval.py", "--workdir", trained_run, "--src", str(tmp_path / "s.txt"),
+         "--ref", str(tmp_path / "r.txt"), "--name", "nobuckets", "--length_buckets="],
+        check=True)  # fmt: skip
+    assert "length_buckets" not in json.load(
+        open(os.path.join(trained_run, "eval", "nobuckets.json"))
+    )
+
+
+def _restored_greedy(workdir):
+    from transformer.evaluation.restore import restore_run
+
+    return restore_run(workdir, overrides=["decode.strategy=greedy"])
+
+
+def test_reference_scores_equal_a_per_sentence_forward_pass(trained_run):
+    # Batched, padded forced decoding vs one unpadded teacher-forced pass per sentence.
+    from transformer.data import tokenize_sources
+    from transformer.evaluation.reference_scores import score_ids
+
+    restored = _restored_greedy(trained_run)
+    data = restored.data.eval_split("valid", batch_size=8, max_sentences=6)
+    src_ids, _ = tokenize_sources(list(data.sources), restored.data.source_tokenizer, 64)
+    tgt_ids, _ = tokenize_sources(list(data.targets), restored.data.target_tokenizer, 64)
+    log_probs, tokens = score_ids(restored.graphdef, restored.params, src_ids, tgt_ids,
+                                  batch_size=4)  # fmt: skip
+    model = nnx.merge(restored.graphdef, restored.params)
+    for i, (src, tgt) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+        logits = model(jnp.asarray([src]), jnp.asarray([[BOS_ID, *tgt[:-1]]]))
+        naive = jax.nn.log_softmax(np.asarray(logits[0], np.float64), axis=-1)
+        expected = float(sum(naive[t, token] for t, token in enumerate(tgt)))
+        assert tokens[i] == len(tgt)
+        assert log_probs[i] == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_the_greedy_output_scores_as_its_search_score(trained_run):
+    # The search's summed log-probs (KV-cached, token by token) are the forced-decoding
+    # log-probs of the same tokens; outputs cut at the length limit got a forced EOS.
+    from transformer.data import tokenize_sources
+    from transformer.evaluation.reference_scores import score_ids
+
+    restored = _restored_greedy(trained_run)
+    sources = list(restored.data.eval_split("valid", batch_size=8, max_sentences=8).sources)
+    src_ids, _ = tokenize_sources(sources, restored.data.source_tokenizer, 64)
+    outputs, scores = restored.translator.translate_ids(restored.params, src_ids)
+    settings = restored.translator.settings
+    natural = [
+        i
+        for i, out in enumerate(outputs)
+        if len(out[0]) + 1 < settings.max_len_a * len(src_ids[i]) + settings.max_len_b - 1
+    ]
+    assert natural, "no output ended before the length limit"  # fmt: skip
+    targets = [[*outputs[i][0], EOS_ID] for i in natural]
+    log_probs, _ = score_ids(restored.graphdef, restored.params, [src_ids[i] for i in natural],
+                             targets, batch_size=8)  # fmt: skip
+    assert log_probs == pytest.approx([scores[i][0] for i in natural], abs=1e-3)
+
+
+@pytest.mark.slow
+def test_eval_score_references_writes_per_sentence_scores_and_perplexity(trained_run):
+    run(["eval.py", "--workdir", trained_run, "--split", "valid", "--name", "scored",
+         "--score_references", "--config.decode.strategy=greedy"], check=True)  # fmt: skip
+    record = json.load(open(os.path.join(trained_run, "eval", "scored.json")))
+    rows = [
+        line.split("\t")
+        for line in open(os.path.join(trained_run, "eval", "scored.ref_scores.txt"))
+        .read()
+        .splitlines()
+    ]
+    assert len(rows) == record["sentences"] == record["reference_scores"]["sentences"]
+    total_lp, total_tokens = sum(float(r[0]) for r in rows), sum(int(r[1]) for r in rows)
+    assert record["reference_scores"]["tokens"] == total_tokens
+    assert record["reference_scores"]["perplexity"] == pytest.approx(
+        math.exp(-total_lp / total_tokens), rel=1e-5
+    )

@@ -2,7 +2,7 @@
 
     python eval.py --workdir DIR [--checkpoint latest|best|STEP] [--split test]
         [--src FILE --ref FILE] [--average_last N] [--longer_than N|train]
-        [--config.decode.field=value ...]
+        [--length_buckets 10,20,30,40] [--score_references] [--config.decode.field=value ...]
 
 Translates the whole split (nothing filtered out), detokenizes, scores against the raw
 references and writes DIR/eval/<name>.json with .src.txt, .hyp.txt and .ref.txt beside it.
@@ -16,6 +16,7 @@ import sys
 from absl import flags
 
 from transformer.cli.app import config_override_args, run_cli
+from transformer.scoring.length_buckets import DEFAULT_EDGES, bucket_label
 
 flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
 flags.DEFINE_string("checkpoint", "latest", "latest, best (by validation BLEU) or a step.")
@@ -30,6 +31,18 @@ flags.DEFINE_string(
     "Also score the sentences whose source has more than this many tokens "
     "(EOS included), or 'train' for the run's data.max_source_len (length generalisation).",
 )
+flags.DEFINE_string(
+    "length_buckets",
+    ",".join(map(str, DEFAULT_EDGES)),
+    "Source-length bucket edges in tokens (EOS included): BLEU and chrF per bucket in the "
+    "JSON's length_buckets; '' for none.",
+)
+flags.DEFINE_bool(
+    "score_references",
+    False,
+    "Also score each reference under the model (forced decoding): DIR/eval/<name>."
+    "ref_scores.txt and the test perplexity.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -39,7 +52,8 @@ def _main(argv):
     result = evaluate(
         FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split, src=FLAGS.src,
         ref=FLAGS.ref, average_last=FLAGS.average_last, overrides=config_override_args(argv),
-        name=FLAGS.name, longer_than=FLAGS.longer_than,
+        name=FLAGS.name, longer_than=FLAGS.longer_than, buckets=FLAGS.length_buckets or None,
+        score_references=FLAGS.score_references,
         command=" ".join(["python", *(shlex.quote(a) for a in sys.argv)]),
     )  # fmt: skip
     record = result.record
@@ -52,12 +66,24 @@ def _main(argv):
             print(f"{head} sentences, BLEU {longer['bleu']:.2f}, chrF {longer['chrf']:.2f}")
         else:
             print(f"{head} sentences (nothing to score)")
+    if "reference_scores" in record:
+        ref = record["reference_scores"]
+        print(f"references: {ref['nll_per_token']:.4f} NLL per token, perplexity "
+              f"{ref['perplexity']:.2f} over {ref['tokens']} tokens")  # fmt: skip
+    if "length_buckets" in record:
+        texts = ", ".join(_bucket_text(b) for b in record["length_buckets"])
+        print(f"BLEU by source tokens (sentences): {texts}", file=sys.stderr)
     print(
         f"{record['sentences']} sentences, step {record['step']}"
         + (f" (average of {record['averaged_steps']})" if len(record["averaged_steps"]) > 1 else "")
         + f", {record['sentences_per_s']:.1f} sentences/s; wrote {result.path}",
         file=sys.stderr,
     )
+
+
+def _bucket_text(bucket: dict) -> str:
+    bleu = "-" if bucket["bleu"] is None else f"{bucket['bleu']:.1f}"
+    return f"{bucket_label(bucket)} {bleu} ({bucket['sentences']})"
 
 
 def main() -> None:

@@ -130,7 +130,7 @@ def tokenize_pairs_cached(
 def tokenize_sources(
     lines: Sequence[str], tokenizer: Tokenizer, max_len: int
 ) -> tuple[list[list[int]], int]:
-    """Source ids for decoding: ``encode(line) + [EOS]``, cut to ``max_len`` tokens.
+    """Source ids for decoding: ``tokenize(line) + [EOS]``, cut to ``max_len`` tokens.
 
     A line longer than ``max_len`` keeps its first ``max_len - 1`` tokens and the EOS.
     Returns ``(id_lists, num_truncated)``.

@@ -17,7 +17,9 @@ import jax
 
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
+from transformer.evaluation import reference_scores
 from transformer.evaluation.restore import RestoredRun, restore_run
+from transformer.scoring import length_buckets
 from transformer.scoring import metrics as metrics_lib
 
 
@@ -43,6 +45,8 @@ def evaluate(
     name: str | None = None,
     run: RestoredRun | None = None,
     longer_than: int | str | None = None,
+    buckets: str | tuple[int, ...] | None = length_buckets.DEFAULT_EDGES,
+    score_references: bool = False,
     command: str | None = None,
 ) -> Evaluation:
     """Translates a split (or --src against --ref), scores it with sacreBLEU and chrF, and
@@ -53,9 +57,14 @@ def evaluate(
     run's data.max_source_len: the ones longer than any training example, for length
     generalisation. Their translations are the same as in the full score (decoding does not
     depend on the batch); the result is record['longer'].
+    buckets: source-length bucket edges ('10,20,30' or a tuple; None: none): BLEU and chrF
+    of each bucket's sentences, record['length_buckets'].
+    score_references: also each reference's log-probability under the model (forced
+    decoding): eval/<name>.ref_scores.txt and record['reference_scores'] (test perplexity).
     """
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both files or neither")
+    edges = None if buckets is None else length_buckets.parse_edges(buckets)
     run = run or restore_run(
         workdir, checkpoint=checkpoint, average_last=average_last, overrides=overrides
     )
@@ -69,12 +78,11 @@ def evaluate(
     os.makedirs(out_dir, exist_ok=True)
     for suffix, lines in (("src", sources), ("hyp", hypotheses), ("ref", references)):
         metrics_lib.write_lines(os.path.join(out_dir, f"{name}.{suffix}.txt"), lines)
-    longer = None
-    if longer_than is not None:
-        longer = _score_longer(run, sources, hypotheses, references, longer_than)
+    by_length = _length_scores(run, sources, hypotheses, references, longer_than, edges)
     record = _record(run, workdir, name, split_name, scores, translations, len(sources), elapsed)
-    if longer is not None:
-        record["longer"] = longer
+    record.update(by_length)
+    if score_references:
+        record["reference_scores"] = _score_references(run, sources, references, out_dir, name)
     if command:
         record["command"] = command  # shown by transformer.research.report under the table
     if translations.num_truncated:
@@ -129,7 +137,32 @@ def _record(
     }
 
 
-def _score_longer(run, sources, hypotheses, references, longer_than) -> dict:
+def _score_references(run, sources, references, out_dir: str, name: str) -> dict:
+    """Writes one `log_prob<TAB>tokens<TAB>nll_per_token` line per reference; the summary."""
+    scored = reference_scores.score_references(run, sources, references)
+    lines = [f"{lp:.6f}\t{n}\t{-lp / n:.6f}" for lp, n in zip(scored.log_probs, scored.tokens,
+                                                              strict=True)]  # fmt: skip
+    metrics_lib.write_lines(os.path.join(out_dir, f"{name}.ref_scores.txt"), lines)
+    return scored.summary()
+
+
+def _length_scores(run, sources, hypotheses, references, longer_than, edges) -> dict:
+    """The record's 'longer' (with longer_than) and 'length_buckets' (with edges) entries."""
+    lengths = _source_lengths(run, sources)
+    out = {}
+    if longer_than is not None:
+        out["longer"] = _score_longer(run, lengths, hypotheses, references, longer_than)
+    if edges is not None:
+        out["length_buckets"] = length_buckets.bucket_scores(lengths, hypotheses, references, edges)
+    return out
+
+
+def _source_lengths(run: RestoredRun, sources) -> list[int]:
+    """Source tokens of each sentence, EOS included (as data.max_source_len counts them)."""
+    return [len(ids) + 1 for ids in run.data.source_tokenizer.tokenize_batch(list(sources))]
+
+
+def _score_longer(run, lengths, hypotheses, references, longer_than) -> dict:
     """BLEU/chrF of the sentences whose source is longer than `longer_than` tokens."""
     if longer_than == "train":
         limit = int(run.config.data.max_source_len)
@@ -140,7 +173,6 @@ def _score_longer(run, sources, hypotheses, references, longer_than) -> dict:
             raise UserError(
                 f"--longer_than={longer_than!r}: give a token count or 'train'"
             ) from None
-    lengths = [len(ids) + 1 for ids in run.data.source_tokenizer.tokenize_batch(list(sources))]
     keep = [i for i, n in enumerate(lengths) if n > limit]
     result = {"source_tokens_over": limit, "sentences": len(keep), "bleu": None, "chrf": None}
     if keep:

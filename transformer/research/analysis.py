@@ -184,7 +184,7 @@ def _head_statistics(
 ) -> dict:
     """Stage 2: per-head statistics, importance, BLEU change of the most important heads and
     flags; returns the report's "baseline", "heads", "flagged" and "stats_pngs"."""
-    base = analyzer.evaluate(with_stats=True)
+    base = analyzer.score_sample(with_stats=True)
     importance = analyzer.importance(base.loss)
     per_head = {kind: dict(base.stats.get(kind, {})) for kind in KINDS if kind in base.stats}
     for kind, values in importance.items():
@@ -233,7 +233,7 @@ def _mask_heads(
     """Stage 3: the loss and BLEU with the heads of spec masked together, against baseline;
     returns the report's "mask_heads"."""
     masked = parse_mask_spec(spec, analyzer.cfg)
-    result = analyzer.evaluate(masked)
+    result = analyzer.score_sample(masked)
     m_bleu = translation.bleu(masked)
     base_loss, base_bleu = baseline["loss"], baseline["bleu"]
     report = {

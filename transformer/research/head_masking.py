@@ -155,7 +155,9 @@ class HeadAnalyzer:
         self._stats_fn = make_batch_fn(graphdef, with_stats=True)
         self._loss_fn = make_batch_fn(graphdef, with_stats=False)
 
-    def evaluate(self, masked=(), *, with_stats: bool = False) -> SampleResult:
+    def score_sample(self, masked=(), *, with_stats: bool = False) -> SampleResult:
+        """Mean token NLL of the teacher-forced sample with the `masked` heads silenced, and
+        with_stats: the per-head attention statistics."""
         masks = head_masks(self.cfg, masked)
         fn = self._stats_fn if with_stats else self._loss_fn
         nll, tokens = 0.0, 0.0
@@ -187,7 +189,7 @@ class HeadAnalyzer:
             values = np.zeros((layers, self.cfg.num_heads))
             for layer in range(layers):
                 for head in range(self.cfg.num_heads):
-                    values[layer, head] = self.evaluate([(kind, layer, head)]).loss - base_loss
+                    values[layer, head] = self.score_sample([(kind, layer, head)]).loss - base_loss
             if layers:
                 out[kind] = values
         return out

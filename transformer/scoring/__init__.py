@@ -1,6 +1,9 @@
 """Scores of text against text: corpus BLEU and chrF through sacreBLEU with their
 signatures, and reading/writing the one-sentence-per-line files they are computed on
-(metrics). Used by validation during training and by evaluation alike.
+(metrics); scores per source-length bucket (length_buckets); whether two systems' gap
+exceeds the test set's sampling noise (significance: sacreBLEU's paired bootstrap, Holm's
+correction, seed intervals). Used by validation during training, by evaluation and by the
+sweeps.
 
 Imports from: transformer.common.
 """

@@ -70,13 +70,19 @@ class Scores:
         return d
 
 
+def sacrebleu_metrics() -> dict:
+    """{'BLEU': ..., 'chrF': ...}: fresh sacreBLEU metric objects with this module's settings
+    (the command line's defaults), for everything that scores."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    return {"BLEU": BLEU(tokenize=BLEU_TOKENIZE), "chrF": CHRF()}
+
+
 def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
     """Corpus BLEU and chrF of detokenized ``hypotheses`` against raw ``references``.
 
     Raises UserError if the two lists differ in length or are empty.
     """
-    from sacrebleu.metrics import BLEU, CHRF
-
     hypotheses = list(hypotheses)
     references = list(references)
     if len(hypotheses) != len(references):
@@ -94,8 +100,8 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
     hyps = [h.rstrip() for h in hypotheses]
     refs = [r.rstrip() for r in references]
 
-    bleu_metric = BLEU(tokenize=BLEU_TOKENIZE)
-    chrf_metric = CHRF()
+    metrics = sacrebleu_metrics()
+    bleu_metric, chrf_metric = metrics["BLEU"], metrics["chrF"]
     bleu = bleu_metric.corpus_score(hyps, [refs])
     chrf = chrf_metric.corpus_score(hyps, [refs])
     return Scores(

@@ -64,6 +64,16 @@ def loss_sums(graphdef, params, batch, rng, *, train, label_smoothing, scheduled
     return loss, (nll, jnp.sum(weights))
 
 
+def sentence_log_probs(graphdef, params, batch) -> tuple[jax.Array, jax.Array]:
+    """Teacher-forced, dropout-free: ([rows] log-probability of each row's target, EOS
+    included, [rows] its token count) for batches of one sentence per row."""
+    logits = _forward(graphdef, params, batch, jax.random.key(0), train=False)  # [B, T, V]
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(log_probs, batch["tgt"][..., None], axis=-1)[..., 0]  # [B, T]
+    weights = (batch["tgt_segments"] != 0).astype(jnp.float32)
+    return jnp.sum(picked * weights, axis=-1), jnp.sum(weights, axis=-1)
+
+
 def make_train_step(graphdef, optimizer, schedule, train_config, *, axis_name: str | None = None):
     """Builds train_step(state, batch, rng) -> (state, metrics).
 

@@ -18,6 +18,12 @@ A sweep config is a Python file whose `get_config()` returns a dict (or a Config
                   example): eval.py --longer_than, a length-generalisation column
   parallel        runs at once (default 1); >1 starts that many subprocesses, one GPU each
                   when GPUs are visible
+  baseline        the variant every other one is compared with (default: the first): paired
+                  bootstrap of test BLEU/chrF per seed and pooled over matching seeds, p-values
+                  Holm-corrected over the variants (research/sweep/versus_baseline.py)
+  matched         {name: {'variant': V, 'match': 'params' | 'flops', 'solve': 'model.d_ff'}}:
+                  compute-matched arms, V resized to the baseline's parameter count or FLOPs
+                  per token within 1% (research/sweep/matching.py), listed after V
 
 Each run trains in its own subprocess (`python -m transformer.cli.train --config BASE
 --config.k=v ...`, so a crash or divergence ends only that run and its memory is released) in
@@ -28,9 +34,11 @@ records failed or diverged runs in ``DIR/<variant>/<seed>/status.json`` without 
 them with --retry_failed). Logs of each attempt go to ``train.log`` / ``eval.log`` beside it.
 
 At the end (or with --report_only) it writes ``DIR/results.csv`` and ``DIR/results.md`` (per
-variant: BLEU mean and std over seeds, chrF, best validation loss, parameters, training
-tokens/s, wall time, failures), ``DIR/runs.csv`` (one row per run), ``DIR/valid_loss.png``
-and ``DIR/bleu.png``.
+variant: BLEU mean and 95% t interval over seeds, chrF, the difference to the baseline with
+its bootstrap interval and (Holm) p-value, best validation loss, parameters, FLOPs per
+token, training tokens/s, wall time, failures), ``DIR/runs.csv`` (one row per run),
+``DIR/valid_loss.png``, ``DIR/bleu.png`` and ``DIR/length_bleu.png`` (BLEU per source-length
+bucket).
 
 The parts: the config format, `grid` and `load_sweep` (spec), one `Run` per (variant, seed)
 and its files in the run directory (runs), the subprocesses that train and evaluate them

@@ -11,14 +11,21 @@ import os
 import statistics
 
 from transformer.common.errors import UserError
+from transformer.research.sweep import plots
 from transformer.research.sweep.runs import Run, is_finished, read_eval, read_status
 from transformer.research.sweep.spec import Sweep, short_value
+from transformer.research.sweep.versus_baseline import versus_baseline
+from transformer.scoring.significance import t_interval
 
-TABLE_COLUMNS = ["variant", "overrides", "runs", "done", "bleu_mean", "bleu_std", "chrf_mean",
-                 "longer_bleu_mean", "longer_bleu_std", "longer_sentences", "best_valid_loss",
-                 "params", "tokens_per_s", "wall_s", "diverged", "failed"]  # fmt: skip
-RUN_COLUMNS = ["variant", "seed", "status", "bleu", "chrf", "longer_bleu", "best_valid_loss",
-               "params", "tokens_per_s", "wall_s", "error"]  # fmt: skip
+VERSUS = [f"{m}_{k}" for m in ("bleu", "chrf")
+          for k in ("delta", "delta_low", "delta_high", "p", "p_holm", "significant")]  # fmt: skip
+TABLE_COLUMNS = ["variant", "overrides", "runs", "done", "bleu_mean", "bleu_std", "bleu_tci",
+                 "chrf_mean", *VERSUS, "longer_bleu_mean", "longer_bleu_std", "longer_sentences",
+                 "best_valid_loss", "params", "flops_per_token", "tokens_per_s", "wall_s",
+                 "diverged", "failed"]  # fmt: skip
+RUN_COLUMNS = ["variant", "seed", "status", "bleu", "chrf", "bleu_delta", "bleu_p",
+               "longer_bleu", "best_valid_loss", "params", "flops_per_token", "tokens_per_s",
+               "wall_s", "error"]  # fmt: skip
 
 
 def _run_summary(run: Run) -> dict:
@@ -32,7 +39,7 @@ def _run_summary(run: Run) -> dict:
         rows = []
     evals = [r for r in rows if r.get("kind") == "eval" and r.get("split", "valid") == "valid"]
     curve = [(r["step"], r["loss"]) for r in evals if "loss" in r]
-    params = next((r["params"] for r in rows if r.get("kind") == "info" and "params" in r), None)
+    info = next((r for r in rows if r.get("kind") == "info" and "params" in r), {})
     tps = [r["tokens_per_s"] for r in rows if r.get("kind") == "train" and "tokens_per_s" in r]
     wall = status.get("train_wall_s")
     if wall is None and record is not None:
@@ -47,11 +54,13 @@ def _run_summary(run: Run) -> dict:
         "longer_bleu": (record.get("longer") or {}).get("bleu") if record else None,
         "longer_sentences": (record.get("longer") or {}).get("sentences") if record else None,
         "best_valid_loss": min((loss for _, loss in curve if math.isfinite(loss)), default=None),
-        "params": params,
+        "params": info.get("params"),
+        "flops_per_token": info.get("flops_per_token"),
         "tokens_per_s": statistics.median(tps) if tps else None,
         "wall_s": wall,
         "error": status.get("error") if state in ("failed", "diverged") else None,
         "curve": curve,
+        "length_buckets": record.get("length_buckets") if record else None,
     }
 
 
@@ -65,9 +74,38 @@ def _std(values):
     return statistics.stdev(values) if len(values) >= 2 else None
 
 
+def _versus_columns(comparison: dict | None) -> dict:
+    """The table's pooled difference to the baseline, its interval and (Holm) p-values."""
+    if comparison is None:
+        return dict.fromkeys(VERSUS)
+    out = {}
+    for metric in ("BLEU", "chrF"):
+        d, key = comparison["pooled"][metric], metric.lower()
+        out.update({f"{key}_delta": d.difference, f"{key}_delta_low": d.interval[0],
+                    f"{key}_delta_high": d.interval[1], f"{key}_p": d.p_value,
+                    f"{key}_p_holm": comparison["holm"][metric],
+                    f"{key}_significant": comparison["significant"][metric]})  # fmt: skip
+    return out
+
+
+def _per_seed_versus(per_run: list[dict], comparisons: dict) -> None:
+    for r in per_run:
+        found = comparisons.get(r["variant"], {}).get("per_seed", {}).get(r["seed"])
+        r["bleu_delta"] = found["BLEU"].difference if found else None
+        r["bleu_p"] = found["BLEU"].p_value if found else None
+
+
+def _seed_interval(values) -> float | None:
+    values = [v for v in values if v is not None]
+    half = t_interval(values)[1] if values else math.nan
+    return None if math.isnan(half) else half
+
+
 def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
     """(one row per variant, over its seeds; one summary per run)."""
     per_run = [_run_summary(r) for r in runs]
+    comparisons = versus_baseline(sweep, runs)
+    _per_seed_versus(per_run, comparisons)
     table = []
     for name in sweep.variants:
         rs = [r for r in per_run if r["variant"] == name]
@@ -81,12 +119,17 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
             "done": len(done),
             "bleu_mean": _mean(r["bleu"] for r in done),
             "bleu_std": _std(r["bleu"] for r in done),
+            "bleu_tci": _seed_interval(r["bleu"] for r in done),
             "chrf_mean": _mean(r["chrf"] for r in done),
+            **_versus_columns(comparisons.get(name)),
             "longer_bleu_mean": _mean(r["longer_bleu"] for r in done),
             "longer_bleu_std": _std(r["longer_bleu"] for r in done),
             "longer_sentences": next((r["longer_sentences"] for r in done), None),
             "best_valid_loss": _mean(r["best_valid_loss"] for r in done),
             "params": next((r["params"] for r in rs if r["params"] is not None), None),
+            "flops_per_token": next(
+                (r["flops_per_token"] for r in rs if r["flops_per_token"] is not None), None
+            ),
             "tokens_per_s": _mean(r["tokens_per_s"] for r in done),
             "wall_s": _mean(r["wall_s"] for r in done),
             "diverged": sum(r["status"] == "diverged" for r in rs),
@@ -116,8 +159,9 @@ def write_report(sweep: Sweep, runs: list[Run], workdir: str) -> list[dict]:
     _write_csv(os.path.join(workdir, "results.csv"), TABLE_COLUMNS, table)
     _write_csv(os.path.join(workdir, "runs.csv"), RUN_COLUMNS, per_run)
     _write_markdown(sweep, table, per_run, workdir)
-    _plot_valid_loss(sweep, per_run, workdir)
-    _plot_bleu(sweep, table, workdir)
+    plots.plot_valid_loss(sweep, per_run, workdir)
+    plots.plot_bleu(sweep, table, workdir)
+    plots.plot_length_curves(sweep, per_run, workdir)
     return table
 
 
@@ -160,23 +204,45 @@ def _markdown_table(sweep: Sweep, table: list[dict]) -> list[str]:
         longer_head = f" BLEU, source > {over} tokens" + (f" ({n} sent.)" if n else "") + " |"
     lines = [
         "",
-        "| variant | overrides | BLEU (mean ± std) | chrF |" + longer_head + " best valid loss | "
-        "params | train tok/s | wall s/run | done | diverged | failed |",
-        "|---|---|---|---|" + ("---|" if longer else "") + "---|---|---|---|---|---|---|",
+        "| variant | overrides | BLEU (mean ± 95% t) | chrF | ΔBLEU vs baseline [95% CI] | "
+        "p (Holm) |" + longer_head + " best valid loss | params | MFLOPs/token | train tok/s | "
+        "wall s/run | done | diverged | failed |",
+        "|---|---|---|---|---|---|"
+        + ("---|" if longer else "")
+        + "---|---|---|---|---|---|---|---|",
     ]
     for row in table:
-        bleu = _mean_std(row["bleu_mean"], row["bleu_std"])
+        bleu = _mean_std(row["bleu_mean"], row["bleu_tci"])
+        delta, p_cell = _versus_cells(row, sweep.baseline)
         longer_cell = ""
         if longer:
             longer_cell = f" {_mean_std(row['longer_bleu_mean'], row['longer_bleu_std'])} |"
         lines.append(
             f"| {row['variant']} | {row['overrides'] or '(base)'} | {bleu} | "
-            f"{_fmt(row['chrf_mean'])} |{longer_cell} {_fmt(row['best_valid_loss'], '{:.3f}')} | "
-            f"{_fmt(row['params'], '{:,}')} | {_fmt(row['tokens_per_s'], '{:,.0f}')} | "
+            f"{_fmt(row['chrf_mean'])} | {delta} | {p_cell} |{longer_cell} "
+            f"{_fmt(row['best_valid_loss'], '{:.3f}')} | "
+            f"{_fmt(row['params'], '{:,}')} | {_mflops(row['flops_per_token'])} | "
+            f"{_fmt(row['tokens_per_s'], '{:,.0f}')} | "
             f"{_fmt(row['wall_s'], '{:.0f}')} | {row['done']}/{row['runs']} | "
             f"{row['diverged']} | {row['failed']} |"
         )
     return lines
+
+
+def _mflops(flops: float | None) -> str:
+    return "" if flops is None else f"{flops / 1e6:.2f}"
+
+
+def _versus_cells(row: dict, baseline: str) -> tuple[str, str]:
+    """'+1.07 [+0.21, +1.90]' and '0.004 (0.012) *' (* = significant after Holm)."""
+    if row["variant"] == baseline:
+        return "baseline", ""
+    if row["bleu_delta"] is None:
+        return "", ""
+    delta = (f"{row['bleu_delta']:+.2f} [{row['bleu_delta_low']:+.2f}, "
+             f"{row['bleu_delta_high']:+.2f}]")  # fmt: skip
+    star = " *" if row["bleu_significant"] else ""
+    return delta, f"{row['bleu_p']:.3f} ({row['bleu_p_holm']:.3f}){star}"
 
 
 def _markdown_notes(per_run: list[dict]) -> list[str]:
@@ -192,12 +258,19 @@ def _markdown_notes(per_run: list[dict]) -> list[str]:
         lines += ["", f"Not finished: {len(unfinished)} run(s) (rerun the sweep to resume)."]
     lines += [
         "",
-        "BLEU std is the sample standard deviation over seeds; best valid loss is the lowest "
-        "validation loss (NLL) of each run, averaged over seeds; train tok/s is the median of "
-        "the logged training rows (source + target tokens), averaged over seeds.",
+        "BLEU ± is the half-width of the 95% Student t interval over seeds (none for one "
+        "seed). ΔBLEU is the variant minus the baseline on the test set with the hypotheses of "
+        "matching seeds concatenated, its interval the 2.5-97.5th percentiles of sacreBLEU's "
+        "paired bootstrap (1,000 resamples, seed 12345) and p its p-value, in brackets after "
+        "Holm's correction over the variants; * marks p < 0.05 after the correction "
+        "(chrF's in results.csv). Params and MFLOPs/token (analytic forward FLOPs per target "
+        "token at the training batch's shape) are the training log's. Best valid loss is the "
+        "lowest validation loss (NLL) of each run, averaged over seeds; train tok/s is the "
+        "median of the logged training rows (source + target tokens), averaged over seeds.",
         "",
         "Plots: `valid_loss.png` (validation loss, mean over seeds), `bleu.png` "
-        "(BLEU, error bars = std over seeds). Per-run rows: `runs.csv`.",
+        "(BLEU, error bars = std over seeds), `length_bleu.png` (BLEU per source-length "
+        "bucket, mean over seeds). Per-run rows: `runs.csv`.",
         "",
     ]
     return lines
@@ -216,57 +289,3 @@ def readme_block(workdir: str, command: str) -> str:
     if lines and lines[0].startswith("# "):
         lines[0] = f"**{lines[0][2:]}** (rendered by `{command}`)"
     return "\n".join(lines) + "\n"
-
-
-def _pyplot():
-    """matplotlib.pyplot on the file-only Agg backend (sweeps run without a display)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _plot_valid_loss(sweep: Sweep, per_run: list[dict], workdir: str) -> None:
-    """DIR/valid_loss.png: each variant's validation loss curve, mean over its seeds."""
-    import numpy as np
-
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name in sweep.variants:
-        curves = [dict(r["curve"]) for r in per_run if r["variant"] == name and r["curve"]]
-        if not curves:
-            continue
-        steps = sorted(set().union(*curves))
-        mean = [np.nanmean([c.get(s, np.nan) for c in curves]) for s in steps]
-        ax.plot(steps, mean, marker="o", markersize=3, label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("validation loss (NLL)")
-    ax.set_title("Validation loss (mean over seeds)")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(workdir, "valid_loss.png"), dpi=100)
-    plt.close(fig)
-
-
-def _plot_bleu(sweep: Sweep, table: list[dict], workdir: str) -> None:
-    """DIR/bleu.png: a bar per variant, its mean BLEU with the std over seeds as error bar."""
-    import numpy as np
-
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(table) + 2), 5))
-    names = [row["variant"] for row in table]
-    means = [row["bleu_mean"] if row["bleu_mean"] is not None else np.nan for row in table]
-    stds = [row["bleu_std"] or 0.0 for row in table]
-    x = np.arange(len(names))
-    ax.bar(x, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)
-    ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(f"{sweep.eval_split} BLEU")
-    ax.set_title(f"BLEU per variant ({len(sweep.seeds)} seed(s), error bars = std)")
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(workdir, "bleu.png"), dpi=100)
-    plt.close(fig)

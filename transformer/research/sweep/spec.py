@@ -13,7 +13,8 @@ from transformer.common.errors import UserError
 from transformer.training import run_config
 
 KNOWN_FIELDS = {"base", "overrides", "variants", "seeds", "eval_split", "eval_overrides",
-                "parallel", "name", "description", "eval_longer_than"}  # fmt: skip
+                "parallel", "name", "description", "eval_longer_than", "baseline",
+                "matched"}  # fmt: skip
 
 
 def grid(*dicts: Mapping[str, Iterable], **axes: Iterable) -> dict[str, dict]:
@@ -56,6 +57,7 @@ class Sweep:
     parallel: int
     eval_longer_than: int | str | None = None
     base_file: str = ""  # `base` as found on disk (find_base)
+    baseline: str = ""  # the variant every other one is tested against (default: the first)
 
 
 def _plain(value):
@@ -88,7 +90,9 @@ def _resolve_keys(overrides: Mapping, base, where: str) -> dict[str, object]:
         if "." in key:
             section, _, field = key.partition(".")
             if section not in base or field not in base[section]:
-                raise UserError(f"{where}: unknown config key {key!r}; see configs/base.py")
+                raise UserError(
+                    f"{where}: unknown config key {key!r}; see transformer/training/base_config.py"
+                )
             out[key] = value
             continue
         owners = [s for s in base if key in base[s]]
@@ -170,6 +174,36 @@ def _check_longer_than(raw: Mapping, path: str) -> int | str | None:
     return longer_than
 
 
+def _check_baseline(raw: Mapping, variants: Mapping, path: str) -> str:
+    baseline = str(raw.get("baseline", next(iter(variants))))
+    if baseline not in variants:
+        raise UserError(f"{path}: baseline {baseline!r} is not a variant; valid: {list(variants)}")
+    return baseline
+
+
+def _with_matched(raw: Mapping, variants: dict, base, overrides: dict, baseline: str) -> dict:
+    """The variants with the compute-matched arms (research/sweep/matching.py) each placed
+    right after the variant it resizes."""
+    from transformer.research.sweep.matching import matched_variants
+
+    if not raw.get("matched"):
+        return variants
+
+    def config_of(variant_overrides):
+        config = base.copy_and_resolve_references()
+        for key, value in {**overrides, **variant_overrides}.items():
+            section, _, field = key.partition(".")
+            config[section][field] = value
+        return config
+
+    matched = matched_variants(raw["matched"], variants, config_of, baseline)
+    out = {}
+    for name, ov in variants.items():
+        out[name] = ov
+        out.update({m: matched[m] for m, spec in raw["matched"].items() if spec["variant"] == name})
+    return out
+
+
 def load_sweep(path: str) -> Sweep:
     """The sweep config file at `path`, checked against its base run config."""
     raw = _read_sweep_fields(path)
@@ -180,15 +214,18 @@ def load_sweep(path: str) -> Sweep:
     eval_overrides = _check_eval_overrides(raw, base, path)
     parallel = _check_parallel(raw, path)
     longer_than = _check_longer_than(raw, path)
+    overrides = _resolve_keys(raw.get("overrides", {}) or {}, base, "overrides")
+    baseline = _check_baseline(raw, variants, path)
     return Sweep(
         path=path,
         base=raw["base"],
-        overrides=_resolve_keys(raw.get("overrides", {}) or {}, base, "overrides"),
-        variants=variants,
+        overrides=overrides,
+        variants=_with_matched(raw, variants, base, overrides, baseline),
         seeds=seeds,
         eval_split=str(raw.get("eval_split", "test")),
         eval_overrides=eval_overrides,
         parallel=parallel,
         eval_longer_than=longer_than,
         base_file=base_path,
+        baseline=baseline,
     )

@@ -1,0 +1,60 @@
+"""Each variant against the sweep's baseline on the same test sentences.
+
+For every seed that both the variant and the baseline finished, sacreBLEU's paired bootstrap
+(`scoring.significance.paired_bootstrap`, 1,000 resamples, seeded) compares the two runs'
+hypotheses (eval/<split>.hyp.txt) on the references. The table's figure pools the seeds:
+the hypotheses of matching seeds are concatenated (the references repeated), so one test
+covers both the test set's sampling noise and the seeds'. The pooled p-values are then
+Holm-corrected over the variants (BLEU and chrF separately): `significant` marks the
+differences that stay below 0.05 after the correction.
+"""
+
+from __future__ import annotations
+
+import os
+
+from transformer.research.sweep.runs import Run, is_finished
+from transformer.research.sweep.spec import Sweep
+from transformer.scoring import metrics as metrics_lib
+from transformer.scoring import significance
+
+ALPHA = 0.05
+
+
+def _texts(run: Run, kind: str) -> list[str]:
+    return metrics_lib.read_lines(os.path.join(run.workdir, "eval", f"{run.eval_split}.{kind}.txt"))
+
+
+def _finished(runs: list[Run], variant: str) -> dict[int, Run]:
+    return {r.seed: r for r in runs if r.variant == variant and is_finished(r)}
+
+
+def _compare(baseline: dict[int, Run], variant: dict[int, Run]) -> dict | None:
+    """Per-seed and pooled paired differences of one variant; None without a shared seed."""
+    seeds = sorted(set(baseline) & set(variant))
+    if not seeds:
+        return None
+    references = _texts(baseline[seeds[0]], "ref")
+    pairs = {s: (_texts(baseline[s], "hyp"), _texts(variant[s], "hyp")) for s in seeds}
+    per_seed = {s: significance.paired_bootstrap(*pairs[s], references) for s in seeds}
+    pooled = significance.paired_bootstrap(*significance.pool_seeds(pairs, references))
+    return {"seeds": seeds, "per_seed": per_seed, "pooled": pooled}
+
+
+def versus_baseline(sweep: Sweep, runs: list[Run]) -> dict[str, dict]:
+    """{variant: {'seeds', 'per_seed': {seed: {metric: PairedDifference}}, 'pooled': {...},
+    'holm': {metric: adjusted p}, 'significant': {metric: bool}}} for the variants other
+    than the baseline that share a finished seed with it."""
+    baseline = _finished(runs, sweep.baseline)
+    out = {}
+    for name in sweep.variants:
+        if name != sweep.baseline:
+            result = _compare(baseline, _finished(runs, name))
+            if result is not None:
+                out[name] = result
+    for metric in significance.METRICS:
+        adjusted = significance.holm({n: r["pooled"][metric].p_value for n, r in out.items()})
+        for name, p in adjusted.items():
+            out[name].setdefault("holm", {})[metric] = p
+            out[name].setdefault("significant", {})[metric] = p < ALPHA
+    return out
