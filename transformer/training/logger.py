@@ -333,12 +333,7 @@ class MetricsLogger:
             return 0
         self._check_open()
         step = int(step)
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._close_outputs()
         self._purge_step = step + 1
         self._last_train = None
         self._intervals.clear()
@@ -350,6 +345,15 @@ class MetricsLogger:
         atomic_write(self.path, text)
         return len(rows) - len(kept)
 
+    def _close_outputs(self) -> None:
+        """Closes metrics.jsonl and the TensorBoard writer where they are open."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
     def flush(self) -> None:
         if self._file is not None:
             self._file.flush()
@@ -360,12 +364,7 @@ class MetricsLogger:
         if self._closed:
             return
         self._closed = True
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._close_outputs()
 
     def __enter__(self) -> MetricsLogger:
         return self
