@@ -14,7 +14,7 @@ import time
 
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
-from transformer.research.sweep.spec import Sweep, load_base_config
+from transformer.research.sweep.spec import Sweep, load_base_config, set_overrides
 from transformer.training import run_config
 
 STATUS_FILE = "status.json"
@@ -98,10 +98,7 @@ def plan_runs(sweep: Sweep, workdir: str, only: list[str] | None = None) -> list
 def _resolve_run_config(run: Run) -> None:
     """Builds the run's config in-process: catches bad values before any subprocess starts."""
     try:
-        config = load_base_config(run.base)
-        for key, value in run.overrides.items():
-            section, _, field = key.partition(".")
-            config[section][field] = value
+        config = set_overrides(load_base_config(run.base), run.overrides)
         run_config.validate(config)
         for key in run.overrides:  # the values must survive the command line
             flag_value(run.overrides[key])

@@ -181,6 +181,14 @@ def _check_baseline(raw: Mapping, variants: Mapping, path: str) -> str:
     return baseline
 
 
+def set_overrides(config, overrides: Mapping[str, object]):
+    """Sets each 'section.field' of `overrides` on the ConfigDict `config`; returns it."""
+    for key, value in overrides.items():
+        section, _, field = key.partition(".")
+        config[section][field] = value
+    return config
+
+
 def _with_matched(raw: Mapping, variants: dict, base, overrides: dict, baseline: str) -> dict:
     """The variants with the compute-matched arms (research/sweep/matching.py) each placed
     right after the variant it resizes."""
@@ -190,11 +198,8 @@ def _with_matched(raw: Mapping, variants: dict, base, overrides: dict, baseline:
         return variants
 
     def config_of(variant_overrides):
-        config = base.copy_and_resolve_references()
-        for key, value in {**overrides, **variant_overrides}.items():
-            section, _, field = key.partition(".")
-            config[section][field] = value
-        return config
+        return set_overrides(base.copy_and_resolve_references(),
+                             {**overrides, **variant_overrides})  # fmt: skip
 
     matched = matched_variants(raw["matched"], variants, config_of, baseline)
     out = {}
