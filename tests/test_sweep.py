@@ -260,3 +260,28 @@ def test_a_matched_arm_that_cannot_match_is_a_user_error(tmp_path):
     open(path, "w").write(text)
     with pytest.raises(UserError, match="matched variant 'm'"):
         sw.load_sweep(path)
+
+
+def test_reference_scoring_reaches_eval_py_and_the_table(tmp_path):
+    from transformer.research.sweep.results import write_report
+
+    path = _write_sweep(tmp_path, {"a": {}})
+    text = open(path).read()
+    open(path, "w").write(text.replace("'parallel'", "'eval_score_references': True, 'parallel'"))
+    sweep = sw.load_sweep(path)
+    (run,) = sw.plan_runs(sweep, str(tmp_path / "w"), None)[:1]
+    assert "--score_references" in run.eval_command()
+    open(path, "w").write(text.replace("'parallel'", "'eval_score_references': 1, 'parallel'"))
+    with pytest.raises(UserError, match="eval_score_references must be True or False"):
+        sw.load_sweep(path)
+    runs = []
+    for seed, ppl in ((0, 4.0), (1, 5.0)):
+        r = _finished_run(tmp_path, "a", seed, ["der Hund"], ["der Hund"])
+        record = {"step": 6, "bleu": 0, "chrf": 0, "reference_scores": {"perplexity": ppl}}
+        open(r.eval_json, "w").write(json.dumps(record))
+        runs.append(r)
+    sweep.variants = {"a": {}}
+    table = write_report(sweep, runs, str(tmp_path / "report"))
+    assert table[0]["test_perplexity"] == pytest.approx(4.5)
+    md = open(tmp_path / "report" / "results.md").read()
+    assert "| test perplexity |" in md and "| 4.50 |" in md

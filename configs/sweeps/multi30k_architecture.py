@@ -1,29 +1,34 @@
-"""Architecture ablations on Multi30k en->de, one factor at a time, with a length column.
+"""Architecture ablations on Multi30k en->de, one factor at a time, with significance against
+the baseline, parameter-matched gated FFNs, per-variant learning rates and length curves.
 
 Command:   transformer-sweep --config configs/sweeps/multi30k_architecture.py \
-               --workdir runs/sweep_multi30k [--only post_ln ...] [--parallel N]
-Expected:  12 variants x 2 seeds = 24 runs; results.md gives test2016 BLEU (greedy) on all
-           1,000 sentences and on those whose source is longer than any training sentence
-           (> 20 tokens), mean and std over the seeds. Measured here: baseline 19.4 (10.6 on
-           the long sentences), best SwiGLU 21.1, worst relative positions 16.5; the README's
-           "Ablations on Multi30k" holds the table this sweep wrote and a reading of it.
-Run time:  about 5 minutes per run on 2 CPU cores: 2 h 05 min for the 24 runs, measured here
-           (partly beside the test suite); on GPUs use --parallel (one run per GPU), or pick
-           variants with --only.
+               --workdir studies/multi30k_architecture [--only VARIANT ...] [--parallel N]
+Expected:  15 variants x 3 seeds = 45 runs, plus 24 for the learning-rate grid (x0.5 and x2
+           for baseline, post_ln, swiglu and pos_rope): 69 runs. results.md gives test2016
+           BLEU (greedy) on all 1,000 sentences, its difference to the baseline with the
+           paired bootstrap's 95% interval and Holm-corrected p-value, BLEU on the sources
+           longer than any training sentence (> 20 tokens), test perplexity of the
+           references, each grid variant's best learning rate on validation and its
+           sensitivity; length_bleu.png holds the length curves. The README's "Ablations on
+           Multi30k" holds the table this sweep wrote and a reading of it.
+Run time:  budget 6 hours on 2 CPU cores (about 5 minutes per run: training, greedy test
+           decoding, reference scoring); the sweep resumes where it stopped, so it can run in
+           pieces (--only picks variants). On GPUs use --parallel (one run per GPU).
 
-A reduced-budget study so that it runs in an afternoon on 2 CPU cores: every run is
+A reduced-budget study so that it runs in hours on 2 CPU cores: every run is
 configs/multi30k.py cut to a 2+2-layer d_model 128 model (4 heads of 32, d_ff 512, Pre-LN,
 ReLU, sinusoidal positions, dropout 0.1) on a 600-step cosine schedule with 80 warmup steps
 (64 packed rows of 20 + 20 tokens, ~950 target tokens per step: 1.8 epochs). Its
 rankings are of early training, where how fast a variant optimises counts as much as what it
-can reach; the full recipe's hour per run (24 hours for the study) is what would settle
-small gaps.
+can reach; the full recipe's hour per run is what would settle small gaps.
 
 Length generalisation: training keeps only the pairs whose source and target both have at most
 20 tokens (77.5% of them; the median sentence has 15), so positions past 20 are never trained;
 eval.py --longer_than=train scores, from the same translations, the 143 test sentences whose
-source is longer. Each variant changes one thing from the baseline; the gated FFN (SwiGLU)
-keeps d_ff, so it has ~50% more FFN parameters (the table lists each variant's parameters).
+source is longer, and eval.py's length buckets (<=10, 11-20, 21-30, 31-40, >40 tokens) give
+the curve. Each variant changes one thing from the baseline. The gated FFNs (SwiGLU, GeGLU)
+keep d_ff in their raw arm, so they have ~50% more FFN parameters; their `_matched` arm
+solves d_ff so that the parameter count equals the baseline's within 1%.
 """
 
 
@@ -37,12 +42,13 @@ def get_config():
         # FFN activation (baseline: relu).
         "gelu_tanh": {"model.activation": "gelu_tanh"},
         "swiglu": {"model.activation": "swiglu"},
+        "geglu": {"model.activation": "geglu"},
         # Positions (baseline: sinusoidal).
         "pos_learned": {"model.position": "learned"},
         "pos_rope": {"model.position": "rope"},
         "pos_alibi": {"model.position": "alibi"},
         "pos_relative": {"model.position": "relative"},
-        # Heads at fixed d_model 256 (baseline: 4 heads of 64).
+        # Heads at fixed d_model 128 (baseline: 4 heads of 32).
         "heads_1": {"model.num_heads": 1},
         "heads_8": {"model.num_heads": 8},
     }
@@ -69,9 +75,18 @@ def get_config():
             "train.keep_checkpoints": 1,
         },
         "variants": variants,
-        "seeds": [0, 1],
+        "matched": {
+            name + "_matched": {"variant": name, "match": "params", "solve": "model.d_ff"}
+            for name in ("swiglu", "geglu")
+        },
+        "lr_grid": {
+            "scales": [0.5, 1.0, 2.0],
+            "variants": ["baseline", "post_ln", "swiglu", "pos_rope"],
+        },  # fmt: skip
+        "seeds": [0, 1, 2],
         "eval_split": "test",
         "eval_overrides": {"decode.strategy": "greedy"},
         "eval_longer_than": "train",
+        "eval_score_references": True,
         "parallel": 1,
     }

@@ -88,8 +88,9 @@ def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> 
     if not args.report_only:
         _run_sweep(args, runs, args.parallel or sweep.parallel)
     write_report(sweep, runs, args.workdir)
+    grid = ", lr_grid.csv, lr_valid_loss.png" if sweep.lr_grid else ""
     print(f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "
-          f"valid_loss.png, bleu.png, length_bleu.png)", flush=True)  # fmt: skip
+          f"valid_loss.png, bleu.png, length_bleu.png{grid})", flush=True)  # fmt: skip
     if args.readme:
         _update_readme(args)
 

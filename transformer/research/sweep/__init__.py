@@ -24,6 +24,9 @@ A sweep config is a Python file whose `get_config()` returns a dict (or a Config
   matched         {name: {'variant': V, 'match': 'params' | 'flops', 'solve': 'model.d_ff'}}:
                   compute-matched arms, V resized to the baseline's parameter count or FLOPs
                   per token within 1% (research/sweep/matching.py), listed after V
+  lr_grid         {'scales': [0.5, 1.0, 2.0], 'variants': [...]}: each variant (default all)
+                  also trained at these multiples of its learning rate and reported at the
+                  one with the lowest final validation loss (research/sweep/lr_grid.py)
 
 Each run trains in its own subprocess (`python -m transformer.cli.train --config BASE
 --config.k=v ...`, so a crash or divergence ends only that run and its memory is released) in
@@ -38,11 +41,12 @@ variant: BLEU mean and 95% t interval over seeds, chrF, the difference to the ba
 its bootstrap interval and (Holm) p-value, best validation loss, parameters, FLOPs per
 token, training tokens/s, wall time, failures), ``DIR/runs.csv`` (one row per run),
 ``DIR/valid_loss.png``, ``DIR/bleu.png`` and ``DIR/length_bleu.png`` (BLEU per source-length
-bucket).
+bucket); with an lr_grid, the grid's table in results.md, ``DIR/lr_grid.csv`` and
+``DIR/lr_valid_loss.png``.
 
 The parts: the config format, `grid` and `load_sweep` (spec), one `Run` per (variant, seed)
 and its files in the run directory (runs), the subprocesses that train and evaluate them
-(execution) and the tables and plots (results).
+(execution), the learning-rate choice (lr_grid) and the tables and plots (results).
 """
 
 from transformer.research.sweep.execution import DEFAULT_POLL_S, execute

@@ -94,3 +94,25 @@ def plot_length_curves(sweep: Sweep, per_run: list[dict], workdir: str) -> None:
     ax.set_ylabel(f"{sweep.eval_split} BLEU")
     ax.set_title("BLEU by source length (mean over seeds)")
     _save(plt, fig, ax, os.path.join(workdir, "length_bleu.png"))
+
+
+def plot_lr_curves(choices, workdir: str) -> None:
+    """DIR/lr_valid_loss.png: final validation loss against learning rate (log scale) for
+    each variant of the learning-rate grid, the chosen point ringed."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, choice in choices.items():
+        points = [p for p in choice.points if p.valid_loss_mean is not None and not p.diverged]
+        if not points:
+            continue
+        (line,) = ax.plot([p.learning_rate for p in points], [p.valid_loss_mean for p in points],
+                          marker="o", label=name)  # fmt: skip
+        best = [p for p in points if choice.complete and p.scale == choice.scale]
+        for p in best:
+            ax.plot([p.learning_rate], [p.valid_loss_mean], marker="o", markersize=12,
+                    markerfacecolor="none", color=line.get_color())  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("final validation loss (NLL), mean over seeds")
+    ax.set_title("Learning-rate grid (ring: chosen on validation)")
+    _save(plt, fig, ax, os.path.join(workdir, "lr_valid_loss.png"))

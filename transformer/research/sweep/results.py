@@ -11,7 +11,7 @@ import os
 import statistics
 
 from transformer.common.errors import UserError
-from transformer.research.sweep import plots
+from transformer.research.sweep import lr_grid, plots
 from transformer.research.sweep.runs import Run, is_finished, read_eval, read_status
 from transformer.research.sweep.spec import Sweep, short_value
 from transformer.research.sweep.versus_baseline import versus_baseline
@@ -21,11 +21,13 @@ VERSUS = [f"{m}_{k}" for m in ("bleu", "chrf")
           for k in ("delta", "delta_low", "delta_high", "p", "p_holm", "significant")]  # fmt: skip
 TABLE_COLUMNS = ["variant", "overrides", "runs", "done", "bleu_mean", "bleu_std", "bleu_tci",
                  "chrf_mean", *VERSUS, "longer_bleu_mean", "longer_bleu_std", "longer_sentences",
-                 "best_valid_loss", "params", "flops_per_token", "tokens_per_s", "wall_s",
-                 "diverged", "failed"]  # fmt: skip
-RUN_COLUMNS = ["variant", "seed", "status", "bleu", "chrf", "bleu_delta", "bleu_p",
-               "longer_bleu", "best_valid_loss", "params", "flops_per_token", "tokens_per_s",
-               "wall_s", "error"]  # fmt: skip
+                 "best_valid_loss", "test_perplexity", "learning_rate", "lr_scale",
+                 "lr_sensitivity", "lr_grid_complete", "params", "flops_per_token",
+                 "tokens_per_s", "wall_s", "diverged", "failed"]  # fmt: skip
+RUN_COLUMNS = ["variant", "seed", "lr_scale", "learning_rate", "reported", "status", "bleu",
+               "chrf", "bleu_delta", "bleu_p", "longer_bleu", "best_valid_loss",
+               "final_valid_loss", "test_perplexity", "params", "flops_per_token",
+               "tokens_per_s", "wall_s", "error"]  # fmt: skip
 
 
 def _run_summary(run: Run) -> dict:
@@ -48,12 +50,18 @@ def _run_summary(run: Run) -> dict:
     return {
         "variant": run.variant,
         "seed": run.seed,
+        "lr_scale": run.lr_scale,
+        "learning_rate": run.learning_rate,
         "status": state,
         "bleu": record.get("bleu") if record else None,
         "chrf": record.get("chrf") if record else None,
         "longer_bleu": (record.get("longer") or {}).get("bleu") if record else None,
         "longer_sentences": (record.get("longer") or {}).get("sentences") if record else None,
         "best_valid_loss": min((loss for _, loss in curve if math.isfinite(loss)), default=None),
+        "final_valid_loss": curve[-1][1] if curve else None,
+        "test_perplexity": (record.get("reference_scores") or {}).get("perplexity")
+        if record
+        else None,
         "params": info.get("params"),
         "flops_per_token": info.get("flops_per_token"),
         "tokens_per_s": statistics.median(tps) if tps else None,
@@ -89,8 +97,11 @@ def _versus_columns(comparison: dict | None) -> dict:
 
 
 def _per_seed_versus(per_run: list[dict], comparisons: dict) -> None:
+    """Each run's own paired difference to the baseline (runs at a learning rate that was
+    not chosen were not compared: None)."""
     for r in per_run:
         found = comparisons.get(r["variant"], {}).get("per_seed", {}).get(r["seed"])
+        found = found if r["reported"] else None
         r["bleu_delta"] = found["BLEU"].difference if found else None
         r["bleu_p"] = found["BLEU"].p_value if found else None
 
@@ -101,14 +112,30 @@ def _seed_interval(values) -> float | None:
     return None if math.isnan(half) else half
 
 
+def _lr_columns(choice: lr_grid.Choice | None, run: Run | None) -> dict:
+    if choice is None:
+        return {"learning_rate": run.learning_rate if run else None, "lr_scale": 1.0,
+                "lr_sensitivity": None, "lr_grid_complete": None}  # fmt: skip
+    return {"learning_rate": choice.learning_rate, "lr_scale": choice.scale,
+            "lr_sensitivity": choice.sensitivity, "lr_grid_complete": choice.complete}  # fmt: skip
+
+
 def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
-    """(one row per variant, over its seeds; one summary per run)."""
+    """(one row per variant, over its seeds at its chosen learning rate; one summary per
+    run, every grid point included)."""
     per_run = [_run_summary(r) for r in runs]
-    comparisons = versus_baseline(sweep, runs)
+    choices = lr_grid.choose(sweep.lr_grid, per_run)
+
+    def chosen(variant: str, scale: float) -> bool:
+        return scale == (choices[variant].scale if variant in choices else 1.0)
+
+    for r in per_run:  # the runs at each variant's chosen learning rate make its table row
+        r["reported"] = chosen(r["variant"], r["lr_scale"])
+    comparisons = versus_baseline(sweep, [r for r in runs if chosen(r.variant, r.lr_scale)])
     _per_seed_versus(per_run, comparisons)
     table = []
     for name in sweep.variants:
-        rs = [r for r in per_run if r["variant"] == name]
+        rs = [r for r in per_run if r["variant"] == name and chosen(name, r["lr_scale"])]
         if not rs:
             continue
         done = [r for r in rs if r["status"] == "done"]
@@ -126,6 +153,9 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
             "longer_bleu_std": _std(r["longer_bleu"] for r in done),
             "longer_sentences": next((r["longer_sentences"] for r in done), None),
             "best_valid_loss": _mean(r["best_valid_loss"] for r in done),
+            "test_perplexity": _mean(r["test_perplexity"] for r in done),
+            **_lr_columns(choices.get(name),
+                          next((r for r in runs if r.variant == name and r.lr_scale == 1), None)),
             "params": next((r["params"] for r in rs if r["params"] is not None), None),
             "flops_per_token": next(
                 (r["flops_per_token"] for r in rs if r["flops_per_token"] is not None), None
@@ -158,10 +188,16 @@ def write_report(sweep: Sweep, runs: list[Run], workdir: str) -> list[dict]:
     os.makedirs(workdir, exist_ok=True)
     _write_csv(os.path.join(workdir, "results.csv"), TABLE_COLUMNS, table)
     _write_csv(os.path.join(workdir, "runs.csv"), RUN_COLUMNS, per_run)
-    _write_markdown(sweep, table, per_run, workdir)
-    plots.plot_valid_loss(sweep, per_run, workdir)
+    reported = [r for r in per_run if r["reported"]]
+    choices = lr_grid.choose(sweep.lr_grid, per_run)
+    _write_markdown(sweep, table, per_run, choices, workdir)
+    plots.plot_valid_loss(sweep, reported, workdir)
     plots.plot_bleu(sweep, table, workdir)
-    plots.plot_length_curves(sweep, per_run, workdir)
+    plots.plot_length_curves(sweep, reported, workdir)
+    if choices:
+        _write_csv(os.path.join(workdir, "lr_grid.csv"), lr_grid.CSV_COLUMNS,
+                   lr_grid.csv_rows(choices))  # fmt: skip
+        plots.plot_lr_curves(choices, workdir)
     return table
 
 
@@ -202,13 +238,22 @@ def _markdown_table(sweep: Sweep, table: list[dict]) -> list[str]:
         over = "data.max_source_len" if over == "train" else over
         n = next((r["longer_sentences"] for r in table if r["longer_sentences"] is not None), None)
         longer_head = f" BLEU, source > {over} tokens" + (f" ({n} sent.)" if n else "") + " |"
+    grid, ppl = bool(sweep.lr_grid), sweep.eval_score_references
+    ppl_head = f" {sweep.eval_split} perplexity |" if ppl else ""
+    lr_head = " lr (best on valid) | valid-loss spread over lr grid |" if grid else ""
     lines = [
         "",
         "| variant | overrides | BLEU (mean ± 95% t) | chrF | ΔBLEU vs baseline [95% CI] | "
-        "p (Holm) |" + longer_head + " best valid loss | params | MFLOPs/token | train tok/s | "
-        "wall s/run | done | diverged | failed |",
+        "p (Holm) |"
+        + longer_head
+        + " best valid loss |"
+        + ppl_head
+        + lr_head
+        + " params | MFLOPs/token | train tok/s | wall s/run | done | diverged | failed |",
         "|---|---|---|---|---|---|"
         + ("---|" if longer else "")
+        + ("---|" if ppl else "")
+        + ("---|---|" if grid else "")
         + "---|---|---|---|---|---|---|---|",
     ]
     for row in table:
@@ -220,13 +265,26 @@ def _markdown_table(sweep: Sweep, table: list[dict]) -> list[str]:
         lines.append(
             f"| {row['variant']} | {row['overrides'] or '(base)'} | {bleu} | "
             f"{_fmt(row['chrf_mean'])} | {delta} | {p_cell} |{longer_cell} "
-            f"{_fmt(row['best_valid_loss'], '{:.3f}')} | "
+            f"{_fmt(row['best_valid_loss'], '{:.3f}')} |"
+            f"{' ' + _fmt(row['test_perplexity']) + ' |' if ppl else ''}"
+            f"{_lr_cells(row, sweep) if grid else ''} "
             f"{_fmt(row['params'], '{:,}')} | {_mflops(row['flops_per_token'])} | "
             f"{_fmt(row['tokens_per_s'], '{:,.0f}')} | "
             f"{_fmt(row['wall_s'], '{:.0f}')} | {row['done']}/{row['runs']} | "
             f"{row['diverged']} | {row['failed']} |"
         )
     return lines
+
+
+def _lr_cells(row: dict, sweep: Sweep) -> str:
+    """' 0.004 (x2) | 0.153 |': the chosen learning rate and its grid's sensitivity."""
+    lr = _fmt(row["learning_rate"], "{:g}")
+    if row["variant"] not in sweep.lr_grid:
+        return f" {lr} | |"
+    if not row["lr_grid_complete"]:
+        return f" {lr} (x1, grid incomplete) | |"
+    spread = _fmt(row["lr_sensitivity"], "{:.3f}")
+    return f" {lr} ({lr_grid.scale_label(row['lr_scale'])}) | {spread} |"
 
 
 def _mflops(flops: float | None) -> str:
@@ -276,8 +334,15 @@ def _markdown_notes(per_run: list[dict]) -> list[str]:
     return lines
 
 
-def _write_markdown(sweep: Sweep, table, per_run, workdir: str) -> None:
-    lines = _markdown_intro(sweep) + _markdown_table(sweep, table) + _markdown_notes(per_run)
+def _write_markdown(sweep: Sweep, table, per_run, choices, workdir: str) -> None:
+    lines = _markdown_intro(sweep) + _markdown_table(sweep, table)
+    lines += lr_grid.markdown(choices) + _markdown_notes(per_run)
+    if choices:
+        lines += [lr_grid.NOTE, ""]
+    if sweep.eval_score_references:
+        lines += [f"{sweep.eval_split} perplexity: exp of the mean per-token NLL of the "
+                  "references under the model (eval.py --score_references, forced decoding), "
+                  "mean over seeds.", ""]  # fmt: skip
     with open(os.path.join(workdir, "results.md"), "w") as f:
         f.write("\n".join(lines))
 

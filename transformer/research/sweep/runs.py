@@ -14,6 +14,7 @@ import time
 
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
+from transformer.research.sweep.lr_grid import scale_label
 from transformer.research.sweep.spec import Sweep, load_base_config, set_overrides
 from transformer.training import run_config
 
@@ -32,10 +33,14 @@ class Run:
     num_steps: int | None = None
     config_error: str | None = None
     eval_longer_than: int | str | None = None
+    lr_scale: float = 1.0  # a point of the variant's learning-rate grid (lr_grid.py)
+    learning_rate: float | None = None  # train.learning_rate as resolved for this run
+    eval_score_references: bool = False
 
     @property
     def label(self) -> str:
-        return f"variant={self.variant} seed={self.seed}"
+        lr = "" if self.lr_scale == 1.0 else f" lr={scale_label(self.lr_scale)}"
+        return f"variant={self.variant}{lr} seed={self.seed}"
 
     def train_command(self) -> list[str]:
         args = [sys.executable, "-m", "transformer.cli.train", f"--config={self.base}",
@@ -47,6 +52,8 @@ class Run:
                 f"--split={self.eval_split}"]  # fmt: skip
         if self.eval_longer_than is not None:
             args.append(f"--longer_than={self.eval_longer_than}")
+        if self.eval_score_references:
+            args.append("--score_references")
         return args + [f"--config.{k}={flag_value(v)}" for k, v in self.eval_overrides.items()]
 
     @property
@@ -75,24 +82,51 @@ def plan_runs(sweep: Sweep, workdir: str, only: list[str] | None = None) -> list
     base_path = sweep.base_file or sweep.base
     runs = []
     # Seed-major order: a sweep stopped half-way has every variant's first seed.
-    for seed, (name, variant) in itertools.product(sweep.seeds, sweep.variants.items()):
+    for seed, name in itertools.product(sweep.seeds, sweep.variants):
         if only and name not in only:
             continue
-        overrides = {**sweep.overrides, **variant, "train.seed": seed}
-        decode = {k: v for k, v in variant.items() if k.startswith("decode.")}
-        run = Run(
-            variant=name,
-            seed=seed,
-            workdir=os.path.join(workdir, name, str(seed)),
-            overrides=overrides,
-            eval_overrides={**sweep.eval_overrides, **decode},
-            base=base_path,
-            eval_split=sweep.eval_split,
-            eval_longer_than=sweep.eval_longer_than,
-        )
-        _resolve_run_config(run)
-        runs.append(run)
+        for scale in sweep.lr_grid.get(name, [1.0]):
+            runs.append(_plan_run(sweep, workdir, base_path, name, seed, scale))
     return runs
+
+
+def _plan_run(sweep: Sweep, workdir: str, base_path: str, name: str, seed: int,
+              scale: float) -> Run:  # fmt: skip
+    """The run of variant `name` at `seed`, its learning rate times `scale`."""
+    variant = sweep.variants[name]
+    overrides = {**sweep.overrides, **variant, "train.seed": seed}
+    learning_rate = _learning_rate(base_path, overrides)
+    where = os.path.join(workdir, name, str(seed))
+    if scale != 1.0:
+        where = os.path.join(workdir, name, f"lr_{scale_label(scale)}", str(seed))
+        if learning_rate is not None:
+            learning_rate *= scale
+            overrides["train.learning_rate"] = learning_rate
+    decode = {k: v for k, v in variant.items() if k.startswith("decode.")}
+    run = Run(
+        variant=name,
+        seed=seed,
+        workdir=where,
+        overrides=overrides,
+        eval_overrides={**sweep.eval_overrides, **decode},
+        base=base_path,
+        eval_split=sweep.eval_split,
+        eval_longer_than=sweep.eval_longer_than,
+        lr_scale=scale,
+        learning_rate=learning_rate,
+        eval_score_references=sweep.eval_score_references,
+    )
+    _resolve_run_config(run)
+    return run
+
+
+def _learning_rate(base_path: str, overrides: dict) -> float | None:
+    """train.learning_rate of the base config with `overrides` (None when they do not
+    build: _resolve_run_config then records why)."""
+    try:
+        return float(set_overrides(load_base_config(base_path), overrides).train.learning_rate)
+    except (UserError, TypeError, ValueError, KeyError, AttributeError):
+        return None
 
 
 def _resolve_run_config(run: Run) -> None:

@@ -10,11 +10,12 @@ import os
 from collections.abc import Iterable, Mapping
 
 from transformer.common.errors import UserError
+from transformer.research.sweep.lr_grid import check_lr_grid
 from transformer.training import run_config
 
 KNOWN_FIELDS = {"base", "overrides", "variants", "seeds", "eval_split", "eval_overrides",
                 "parallel", "name", "description", "eval_longer_than", "baseline",
-                "matched"}  # fmt: skip
+                "matched", "lr_grid", "eval_score_references"}  # fmt: skip
 
 
 def grid(*dicts: Mapping[str, Iterable], **axes: Iterable) -> dict[str, dict]:
@@ -58,6 +59,8 @@ class Sweep:
     eval_longer_than: int | str | None = None
     base_file: str = ""  # `base` as found on disk (find_base)
     baseline: str = ""  # the variant every other one is tested against (default: the first)
+    lr_grid: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # lr_grid.py
+    eval_score_references: bool = False  # eval.py --score_references: test perplexity
 
 
 def _plain(value):
@@ -181,6 +184,13 @@ def _check_baseline(raw: Mapping, variants: Mapping, path: str) -> str:
     return baseline
 
 
+def _check_flag(raw: Mapping, field: str, path: str) -> bool:
+    value = raw.get(field, False)
+    if not isinstance(value, bool):
+        raise UserError(f"{path}: {field} must be True or False, got {value!r}")
+    return value
+
+
 def set_overrides(config, overrides: Mapping[str, object]):
     """Sets each 'section.field' of `overrides` on the ConfigDict `config`; returns it."""
     for key, value in overrides.items():
@@ -221,11 +231,12 @@ def load_sweep(path: str) -> Sweep:
     longer_than = _check_longer_than(raw, path)
     overrides = _resolve_keys(raw.get("overrides", {}) or {}, base, "overrides")
     baseline = _check_baseline(raw, variants, path)
+    variants = _with_matched(raw, variants, base, overrides, baseline)
     return Sweep(
         path=path,
         base=raw["base"],
         overrides=overrides,
-        variants=_with_matched(raw, variants, base, overrides, baseline),
+        variants=variants,
         seeds=seeds,
         eval_split=str(raw.get("eval_split", "test")),
         eval_overrides=eval_overrides,
@@ -233,4 +244,6 @@ def load_sweep(path: str) -> Sweep:
         eval_longer_than=longer_than,
         base_file=base_path,
         baseline=baseline,
+        lr_grid=check_lr_grid(raw, variants, path),
+        eval_score_references=_check_flag(raw, "eval_score_references", path),
     )
