@@ -63,7 +63,8 @@ decode_greedy_tokens_per_s_256. The no-cache decoder is O(N^2) decoder passes: a
 2-core CPU one call takes tens of minutes (--nocache_lengths chooses its lengths).
 
 Also printed: a `setup` record (machine: CPU count, jax/jaxlib versions, backend, devices, load
-average, parameter count) and `peak_rss_mib` (peak resident memory of the whole run) at the end.
+average, parameter count) and `peak_rss_mib` (peak resident memory of the whole run) at the end,
+with `device_peak_mib` (the accelerator allocator's peak bytes in use) where the device counts it.
 Output: a readable table, or with --json one JSON object per line
 {"figure", "value", "unit", "impl": "jax-transformer", ...details} (benchmarks/common.emit).
 --steps below 8 is for tests only (the figures are then not the median of 8).
@@ -132,7 +133,7 @@ flags.DEFINE_integer("seed", 0, "Seed of the random model and batches.")
 FLAGS = flags.FLAGS
 
 
-def _setup_info(model_cfg) -> dict:
+def _setup_info(config, model_cfg) -> dict:
     import jax
     import jaxlib
 
@@ -148,9 +149,21 @@ def _setup_info(model_cfg) -> dict:
         "devices": jax.device_count(),
         "device_kind": getattr(device, "device_kind", str(device)),
         "dtype": model_cfg.dtype,
+        "attention_impl": model_cfg.attention_impl,
+        "remat": config.train.remat,
         "params": n_params,
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
+
+
+def _device_peak_mib() -> float | None:
+    """Peak bytes the first device's allocator held, in MiB; None where it keeps no count
+    (the CPU backend)."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    peak = stats.get("peak_bytes_in_use")
+    return None if peak is None else round(peak / 2**20, 1)
 
 
 def main(argv):
@@ -174,7 +187,7 @@ def main(argv):
         print(f"note: --steps={FLAGS.steps} < 8: for tests only", file=sys.stderr, flush=True)
     if FLAGS.peak_tflops is not None and FLAGS.peak_tflops <= 0:
         raise UserError(f"--peak_tflops must be > 0, got {FLAGS.peak_tflops}")
-    info = _setup_info(model_cfg)
+    info = _setup_info(config, model_cfg)
     if FLAGS.json:
         common.emit("setup", 0, "-", IMPL, True, **info)
     else:
@@ -186,6 +199,9 @@ def main(argv):
     for part, run_part in PARTS.items():
         if part in what:
             run_part(bench)
+    device_peak = _device_peak_mib()
+    if device_peak is not None:  # accelerators report their allocator's high-water mark
+        common.emit("device_peak_mib", device_peak, "MiB", IMPL, FLAGS.json)
     common.emit("peak_rss_mib", round(common.peak_rss_mib(), 1), "MiB", IMPL, FLAGS.json,
                 total_s=round(time.perf_counter() - start, 1), what=",".join(what),
                 loadavg_1m=round(os.getloadavg()[0], 2))  # fmt: skip

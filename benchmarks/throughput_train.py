@@ -65,14 +65,15 @@ class Bench:
 
     def new_state(self):
         """(graphdef, train state, optimizer, schedule) of the random-init model."""
-        from flax import nnx
-
-        from transformer.model.transformer import Transformer
         from transformer.training.optim import make_optimizer
+        from transformer.training.run_state import build_train_model
         from transformer.training.steps import init_state
 
         optimizer, schedule = make_optimizer(self.config.train)
-        model = Transformer(self.model_cfg, rngs=nnx.Rngs(params=self.options.seed))
+        # The benchmark's --seed, with the run config's other train settings (train.remat).
+        train = self.config.train.copy_and_resolve_references()
+        train.seed = self.options.seed
+        model = build_train_model(self.model_cfg, train)
         graphdef, state = init_state(model, optimizer)
         return graphdef, state, optimizer, schedule
 

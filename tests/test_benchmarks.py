@@ -174,3 +174,28 @@ def test_profile_step_profiles_a_decoding_call(tmp_path):
     assert sum(kinds.values()) >= 0.99 * call_ms
     ops = [r for r in records if r["figure"] == "op_ms"]
     assert len(ops) == 3 and all(r["value"] > 0 for r in ops)
+
+
+def test_accelerator_script_parses():
+    proc = subprocess.run(["bash", "-n", "benchmarks/accelerator.sh"], cwd=ROOT,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.slow
+def test_accelerator_script_dry_run_writes_every_file(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable)
+    command = ["bash", "benchmarks/accelerator.sh", "--dry_run", str(tmp_path)]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "jax" in (tmp_path / "accelerator_setup.txt").read_text()
+    settings = {"cudnn": ("xla", "none"), "xla": ("xla", "none"), "remat": ("xla", "block")}
+    for name, (attention, remat) in settings.items():
+        lines = (tmp_path / f"accelerator_{name}.jsonl").read_text().splitlines()
+        records = {r["figure"]: r for r in map(json.loads, lines)}
+        setup = records["setup"]
+        assert (setup["attention_impl"], setup["remat"]) == (attention, remat)
+        assert setup["dtype"] == "bfloat16"
+        assert records["train_tokens_per_s"]["value"] > 0 and 0 < records["mfu"]["value"]
+    decode = (tmp_path / "accelerator_cudnn.jsonl").read_text()
+    assert "decode_beam4_sentences_per_s" in decode

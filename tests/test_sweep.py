@@ -285,3 +285,30 @@ def test_reference_scoring_reaches_eval_py_and_the_table(tmp_path):
     assert table[0]["test_perplexity"] == pytest.approx(4.5)
     md = open(tmp_path / "report" / "results.md").read()
     assert "| test perplexity |" in md and "| 4.50 |" in md
+
+
+def test_a_run_kept_without_references_takes_them_from_references_file(tmp_path):
+    from transformer.research.sweep.results import aggregate
+    from transformer.research.sweep.spec import Sweep
+
+    refs = ["der Hund sieht den Mann", "die Katze", "das rote Haus steht dort"]
+    hyps = {"base": ["der Hund", "die Katze", "das Haus"], "alt": refs}
+    runs = [_finished_run(tmp_path, v, 0, h, refs) for v, h in hyps.items()]
+    sweep = Sweep(path="s.py", base="base.py", overrides={}, seeds=[0], eval_split="test",
+                  variants={"base": {}, "alt": {}}, eval_overrides={}, parallel=1,
+                  baseline="base")  # fmt: skip
+    with_files = {r["variant"]: r for r in aggregate(sweep, runs)[0]}
+    for run in runs:
+        os.remove(os.path.join(run.workdir, "eval", "test.ref.txt"))
+    with pytest.raises(UserError, match="--references FILE"):
+        aggregate(sweep, runs)
+    short = tmp_path / "short.txt"
+    short.write_text("der Hund\n")
+    sweep.references = str(short)
+    with pytest.raises(UserError, match="has 1 lines but"):
+        aggregate(sweep, runs)
+    full = tmp_path / "refs.txt"
+    full.write_text("\n".join(refs) + "\n")
+    sweep.references = str(full)
+    rows = {r["variant"]: r for r in aggregate(sweep, runs)[0]}
+    assert rows["alt"]["bleu_delta"] == with_files["alt"]["bleu_delta"] > 0

@@ -90,13 +90,17 @@ BAD_CONFIG_VALUES = [
     ("--config.model.num_heads=5", "num_heads=5 must divide d_model=256"),
     ("--config.train.nonexistent=1", "nonexistent"),
     ("--config.data.batching=random", "data.batching='random'"),
+    ("--config.train.remat=full", "train.remat must be one of none, block"),
+    ("--config.model.attention_impl=flash", "unknown attention_impl 'flash'"),
+    ("--config.model.attention_impl=cudnn", "needs dtype='bfloat16'"),
+    ("--config.model.attention_impl=cudnn --config.model.dtype=bfloat16", "needs an NVIDIA GPU"),
 ]
 
 
 @pytest.mark.parametrize("override,message", fast_subset(BAD_CONFIG_VALUES, BAD_CONFIG_VALUES[1:2]))
 def test_bad_config_values_give_one_line_errors(tmp_path, override, message):
     proc = run(["train.py", "--config", "configs/default.py", "--workdir", str(tmp_path / "w"),
-                override])  # fmt: skip
+                *override.split()])  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]

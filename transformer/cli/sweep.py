@@ -2,6 +2,7 @@
 
     transformer-sweep --config configs/sweeps/architecture.py --workdir runs/sweep \
         [--only VARIANT ...] [--dry_run] [--report_only] [--parallel N] [--retry_failed]
+        [--references FILE] [--readme README.md [--section NAME]]
 
 The sweep config's fields and the files it writes: transformer/research/sweep/__init__.py.
 """
@@ -44,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--readme", help="also put results.md into this README, between the "
                         "section's markers <!-- report:SECTION:start/end -->")  # fmt: skip
     parser.add_argument("--section", default="Sweep", help="README marker section name")
+    parser.add_argument("--references", help="the eval split's reference file, for run "
+                        "directories kept without eval/<split>.ref.txt")  # fmt: skip
     return parser
 
 
@@ -101,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.readme and any(c in args.section for c in "\n:"):
             raise UserError(f"--section must not contain ':' or newlines, got {args.section!r}")
         sweep = load_sweep(args.config)
+        if args.references and not os.path.isfile(args.references):
+            raise UserError(f"--references {args.references}: no such file")
+        sweep.references = args.references
         runs = plan_runs(sweep, args.workdir, args.only)
         if args.dry_run:
             _print_plan(runs)

@@ -52,6 +52,28 @@ def attend(
     return out.reshape(b, t, h, d), probs
 
 
+def attend_fused(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    bias: jax.Array | None,
+    implementation: str,
+) -> jax.Array:
+    """`attend` by jax.nn.dot_product_attention ('xla' or 'cudnn'): same shapes in, the
+    output [B, T, H, D] only (the fused kernels keep no probabilities)."""
+    t, s = q.shape[1], k.shape[2]
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, S, K, D], its layout
+    # cuDNN takes masks and biases as [B|1, H|1, T, S] only; broadcasting here costs XLA nothing.
+    if mask is not None:
+        mask = jnp.broadcast_to(mask, (*mask.shape[:2], t, s))
+    if bias is not None:
+        bias = jnp.broadcast_to(bias, (*bias.shape[:2], t, s)).astype(q.dtype)
+    return jax.nn.dot_product_attention(
+        q, k, v, bias=bias, mask=mask, scale=q.shape[-1] ** -0.5, implementation=implementation
+    )
+
+
 class HeadMask(nnx.Variable):
     """[H] of 0/1 multiplying each head's output (head-pruning studies), set from outside."""
 
@@ -70,6 +92,7 @@ class Attention(nnx.Module):
         self.head_dim = cfg.head_dim
         self.rope_base = cfg.rope_base
         self.attention_dropout_rate = cfg.attention_dropout_rate
+        self.attention_impl = cfg.attention_impl
         common = dict(use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs)
         d, hd = cfg.d_model, cfg.head_dim
         self.query = Dense(d, cfg.num_heads * hd, **common)
@@ -112,10 +135,14 @@ class Attention(nnx.Module):
         Returns the output [B, T, d].
         """
         q = self.project_q(x, rope_positions)
-        out, probs = attend(q, kv[0], kv[1], mask, bias, self.attention_dropout_rate, keys)
+        dropping = keys is not None and self.attention_dropout_rate > 0
+        if self.attention_impl != "einsum" and not (dropping or self.sow_probabilities):
+            out = attend_fused(q, kv[0], kv[1], mask, bias, self.attention_impl)
+        else:
+            out, probs = attend(q, kv[0], kv[1], mask, bias, self.attention_dropout_rate, keys)
+            if self.sow_probabilities:
+                self.sow(nnx.Intermediate, "probabilities", probs)
         if self.head_mask is not None:
             out = out * self.head_mask[...].astype(out.dtype)[None, None, :, None]  # [B, T, H, D]
-        if self.sow_probabilities:
-            self.sow(nnx.Intermediate, "probabilities", probs)
         b, t = x.shape[:2]
         return self.out(out.reshape(b, t, self.num_heads * self.head_dim))

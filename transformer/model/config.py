@@ -10,6 +10,9 @@ NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
 DTYPES = ("float32", "bfloat16")
+# einsum: this package's attention (attention.attend); xla / cudnn: jax.nn.dot_product_attention
+# with that implementation (cudnn: fused flash attention on NVIDIA GPUs, bfloat16 only).
+ATTENTION_IMPLS = ("einsum", "xla", "cudnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,10 @@ class ModelConfig:
     relative_buckets: int = 32
     relative_max_distance: int = 128
     rope_base: float = 10000.0
+    # Attention kernel (ATTENTION_IMPLS). The fused ones return no probabilities and have no
+    # attention dropout: sites that need either (analysis, attention_dropout_rate > 0 in
+    # training) use einsum whatever this says.
+    attention_impl: str = "einsum"
 
     def __post_init__(self):
         def positive_int(name):
@@ -85,6 +92,7 @@ class ModelConfig:
             ("norm_type", NORM_TYPES),
             ("position", POSITIONS),
             ("dtype", DTYPES),
+            ("attention_impl", ATTENTION_IMPLS),
         ):
             value = getattr(self, name)
             if value not in valid:
@@ -99,6 +107,11 @@ class ModelConfig:
             raise ValueError(
                 f"position='rope' needs an even head dimension, got d_model/num_heads="
                 f"{self.head_dim}; change d_model or num_heads"
+            )
+        if self.attention_impl == "cudnn" and self.dtype != "bfloat16":
+            raise ValueError(
+                "attention_impl='cudnn' needs dtype='bfloat16' (cuDNN's fused attention has no "
+                "float32 kernel); set model.dtype or use attention_impl='xla'"
             )
         if self.position == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"position='sinusoidal' needs an even d_model, got {self.d_model}")

@@ -131,6 +131,9 @@ class Transformer(nnx.Module):
         self.tgt_positions = self._learned_positions(cfg, rngs)
         self.encoder_relative = self._relative_bias(cfg, bidirectional=True, rngs=rngs)
         self.decoder_relative = self._relative_bias(cfg, bidirectional=False, rngs=rngs)
+        # Set from outside (train.remat='block'): each block's activations are recomputed in
+        # the backward pass instead of kept, trading compute for memory. Off: not traced.
+        self.remat_blocks = False
         enc_scale = _residual_scale(cfg, cfg.num_encoder_layers)
         dec_scale = _residual_scale(cfg, cfg.num_decoder_layers)
         self.encoder_layers = nnx.List(
@@ -226,7 +229,7 @@ class Transformer(nnx.Module):
             rope_positions=self._rope(src_positions),
         )
         for layer in self.encoder_layers:
-            x = layer(x, ctx, keys)
+            x = self._maybe_remat(lambda block, h: block(h, ctx, keys))(layer, x)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return x
@@ -265,20 +268,24 @@ class Transformer(nnx.Module):
             cross_kv = self.cross_kv(encoded)
         new_cache = [] if cache is not None else None
         for i, layer in enumerate(self.decoder_layers):
+            if cache is None:  # teacher forcing: the only pass that is differentiated
+
+                def block_fn(block, h, kv=cross_kv[i]):
+                    return block(h, ctx, kv, cross_mask, keys)[0]
+
+                x = self._maybe_remat(block_fn)(layer, x)
+                continue
             x, layer_cache = layer(
-                x,
-                ctx,
-                cross_kv[i],
-                cross_mask,
-                keys,
-                cache=None if cache is None else cache[i],
-                cache_index=cache_index,
+                x, ctx, cross_kv[i], cross_mask, keys, cache=cache[i], cache_index=cache_index
             )
-            if new_cache is not None:
-                new_cache.append(layer_cache)
+            new_cache.append(layer_cache)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.logits(x), new_cache
+
+    def _maybe_remat(self, block_fn):
+        """block_fn(block, x) -> x, under nnx.remat when remat_blocks is set."""
+        return nnx.remat(block_fn) if self.remat_blocks else block_fn
 
     def _decoder_self_attention_inputs(
         self, tgt_in, tgt_segments, tgt_positions, cache: Cache | None, cache_index

@@ -45,6 +45,7 @@ def _model_section() -> ml_collections.ConfigDict:
     model.relative_buckets = 32
     model.relative_max_distance = 128
     model.rope_base = 10000.0
+    model.attention_impl = "einsum"  # einsum | xla | cudnn (jax.nn.dot_product_attention)
     return model
 
 
@@ -103,6 +104,7 @@ def _train_section() -> ml_collections.ConfigDict:
     train.seed = 0
     train.parallelism = "mesh"  # mesh | pmap
     train.fsdp = 1  # size of the mesh's 'fsdp' axis (parameter/optimizer sharding)
+    train.remat = "none"  # none | block: recompute each block's activations in the backward pass
     train.log_every = 50
     train.eval_every = 1000
     train.checkpoint_every = 1000

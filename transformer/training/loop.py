@@ -34,7 +34,7 @@ from transformer.training.logger import MetricsLogger
 from transformer.training.optim import make_optimizer
 from transformer.training.parallel import Parallel
 from transformer.training.run_state import (
-    build_model,
+    build_train_model,
     check_tokenizers,
     state_dict,
     tokenizer_fingerprints,
@@ -112,7 +112,7 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
     model_cfg = _save_config(config, workdir, model_cfg, data, is_main)
 
     optimizer, schedule = make_optimizer(t)
-    model = build_model(model_cfg, t.seed)
+    model = build_train_model(model_cfg, t)
     graphdef, state = init_state(model, optimizer)
     run = _Run(
         config, workdir, model_cfg, parallel, data,

@@ -42,6 +42,19 @@ def load_config_file(path: str | os.PathLike) -> ml_collections.ConfigDict:
     return load_config_module(path).get_config()
 
 
+REMAT_MODES = ("none", "block")
+
+
+def _check_attention_backend(model_cfg: ModelConfig) -> None:
+    import jax
+
+    if model_cfg.attention_impl == "cudnn" and jax.default_backend() != "gpu":
+        raise UserError(
+            f"model.attention_impl='cudnn' needs an NVIDIA GPU, and JAX runs on "
+            f"{jax.default_backend()}; use model.attention_impl='xla' (same results) or 'einsum'"
+        )
+
+
 def validate(config: ml_collections.ConfigDict) -> ModelConfig:
     """Rejects unknown sections/keys and invalid values with one-line errors; returns the
     ModelConfig (its vocab_size None while it follows the tokenizer: `resolve_vocab_size`).
@@ -65,9 +78,12 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
         model_cfg = ModelConfig.from_dict(config.model)
     except (ValueError, TypeError) as e:
         raise UserError(f"config.model: {e}") from None
+    _check_attention_backend(model_cfg)
     t = config.train
     check_schedule(t.schedule)
     check_parallelism(t.parallelism, t.fsdp)
+    if t.remat not in REMAT_MODES:
+        raise UserError(f"train.remat must be one of {', '.join(REMAT_MODES)}, got {t.remat!r}")
     for name in ("num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
                  "grad_accum_steps", "batch_size"):  # fmt: skip
         if not isinstance(t[name], int) or t[name] < 1:

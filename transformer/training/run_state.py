@@ -18,6 +18,14 @@ def build_model(model_cfg, seed: int) -> Transformer:
     return Transformer(model_cfg, rngs=nnx.Rngs(params=seed))
 
 
+def build_train_model(model_cfg, train_config) -> Transformer:
+    """The model a run trains: initialised from train.seed, its blocks rematerialised in the
+    backward pass when train.remat is 'block' (the flag travels in the graphdef)."""
+    model = build_model(model_cfg, int(train_config.seed))
+    model.remat_blocks = train_config.remat == "block"
+    return model
+
+
 def abstract_train_state(model_cfg, optimizer):
     """Shapes and dtypes of the train state, without allocating it."""
 

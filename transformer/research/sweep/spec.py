@@ -61,6 +61,7 @@ class Sweep:
     baseline: str = ""  # the variant every other one is tested against (default: the first)
     lr_grid: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # lr_grid.py
     eval_score_references: bool = False  # eval.py --score_references: test perplexity
+    references: str | None = None  # transformer-sweep --references: where runs keep none
 
 
 def _plain(value):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from transformer.common.errors import UserError
 from transformer.research.sweep.runs import Run, is_finished
 from transformer.research.sweep.spec import Sweep
 from transformer.scoring import metrics as metrics_lib
@@ -29,13 +30,29 @@ def _finished(runs: list[Run], variant: str) -> dict[int, Run]:
     return {r.seed: r for r in runs if r.variant == variant and is_finished(r)}
 
 
-def _compare(baseline: dict[int, Run], variant: dict[int, Run]) -> dict | None:
+def _references(run: Run, fallback: str | None, count: int) -> list[str]:
+    """The references eval.py wrote beside the run's hypotheses, else the `fallback` file
+    (transformer-sweep --references: for sweep directories kept without a copy of the data)."""
+    path = os.path.join(run.workdir, "eval", f"{run.eval_split}.ref.txt")
+    if not os.path.exists(path):
+        if fallback is None:
+            raise UserError(f"{path} is missing; pass the {run.eval_split} references with "
+                            "transformer-sweep --references FILE")  # fmt: skip
+        path = fallback
+    references = metrics_lib.read_lines(path)
+    if len(references) != count:
+        raise UserError(f"{path} has {len(references)} lines but {run.workdir} translated "
+                        f"{count} sentences; give the {run.eval_split} references")  # fmt: skip
+    return references
+
+
+def _compare(baseline: dict[int, Run], variant: dict[int, Run], fallback: str | None):
     """Per-seed and pooled paired differences of one variant; None without a shared seed."""
     seeds = sorted(set(baseline) & set(variant))
     if not seeds:
         return None
-    references = _texts(baseline[seeds[0]], "ref")
     pairs = {s: (_texts(baseline[s], "hyp"), _texts(variant[s], "hyp")) for s in seeds}
+    references = _references(baseline[seeds[0]], fallback, len(pairs[seeds[0]][0]))
     per_seed = {s: significance.paired_bootstrap(*pairs[s], references) for s in seeds}
     pooled = significance.paired_bootstrap(*significance.pool_seeds(pairs, references))
     return {"seeds": seeds, "per_seed": per_seed, "pooled": pooled}
@@ -49,7 +66,7 @@ def versus_baseline(sweep: Sweep, runs: list[Run]) -> dict[str, dict]:
     out = {}
     for name in sweep.variants:
         if name != sweep.baseline:
-            result = _compare(baseline, _finished(runs, name))
+            result = _compare(baseline, _finished(runs, name), sweep.references)
             if result is not None:
                 out[name] = result
     for metric in significance.METRICS:
