@@ -199,3 +199,25 @@ def test_accelerator_script_dry_run_writes_every_file(tmp_path):
         assert records["train_tokens_per_s"]["value"] > 0 and 0 < records["mfu"]["value"]
     decode = (tmp_path / "accelerator_cudnn.jsonl").read_text()
     assert "decode_beam4_sentences_per_s" in decode
+
+
+def test_matmul_shapes_reports_every_shape_and_impl():
+    impls = ["xla", "xla_1thread", "numpy"]
+    try:
+        import torch  # noqa: F401
+
+        impls.append("torch_1thread")
+    except ImportError:  # the bench extra is not installed
+        pass
+    proc = run(["benchmarks/matmul_shapes.py", "--json", "--shapes", "decode32", "--repeats",
+                "1", "--impls", ",".join(impls)], check=True)  # fmt: skip
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    products = [r for r in records if r["figure"].startswith("matmul_gflops_")]
+    assert {(r["impl"], r["figure"]) for r in products} == {
+        (impl, f"matmul_gflops_32x{k}x{n}")
+        for impl in impls for k, n in ((512, 512), (512, 2048), (2048, 512), (512, 8000))
+    }  # fmt: skip
+    for r in products:  # the figure is the FLOP count over the timed median
+        m, k, n = map(int, r["figure"].rsplit("_", 1)[1].split("x"))
+        assert r["value"] == pytest.approx(2 * m * k * n / r["median_s"] / 1e9, rel=1e-3)
+    assert records[0]["figure"] == "setup" and "loadavg_1m" in records[0]
