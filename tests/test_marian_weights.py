@@ -1,0 +1,171 @@
+"""benchmarks/marian_weights.py: a Hugging Face MarianMTModel holding exactly our weights.
+
+Tiny random Post-LN models whose every bias and norm parameter is perturbed away from its
+init (zeros, ones), so a transposed, unpermuted or misplaced weight cannot pass: teacher-forced
+logits agree to 1e-4 on a padded batch, our Translator's compiled greedy search and HF's
+generate() emit the same ids, and configs Marian cannot express are refused by name. The slow
+test trains a tiny Post-LN run and runs benchmarks/real_data_speed.py on it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.helpers import tiny_config
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from benchmarks import marian_weights  # noqa: E402
+from transformer.common.errors import UserError  # noqa: E402
+from transformer.common.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID  # noqa: E402
+
+VOCAB = 50
+
+
+def post_ln_config(**overrides):
+    from transformer.model.config import ModelConfig
+
+    values = dict(vocab_size=VOCAB, d_model=32, num_heads=4, num_encoder_layers=2,
+                  num_decoder_layers=2, d_ff=64, max_len=32, dropout_rate=0.0,
+                  norm_position="post")  # fmt: skip
+    return ModelConfig(**{**values, **overrides})
+
+
+def random_model(cfg, seed=0):
+    """(graphdef, params) of cfg with every parameter moved by N(0, 0.1^2) noise: biases and
+    norm offsets non-zero, norm scales away from one."""
+    import jax
+    from flax import nnx
+
+    from transformer.model.transformer import Transformer
+
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(seed)), nnx.Param)
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
+    noisy = [x + 0.1 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
+    return graphdef, jax.tree.unflatten(tree, noisy)
+
+
+def padded_rows(rng, lengths, *, first=None, end=None) -> np.ndarray:
+    """[len(lengths), max length] int32 random word ids, PAD after each row's length; `first`
+    replaces column 0 and `end` each row's last token."""
+    rows = np.zeros((len(lengths), max(lengths)), np.int32)
+    for r, n in enumerate(lengths):
+        rows[r, :n] = rng.integers(FIRST_WORD_ID, VOCAB, n)
+        if first is not None:
+            rows[r, 0] = first
+        if end is not None:
+            rows[r, n - 1] = end
+    return rows
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+def test_teacher_forced_logits_agree_on_a_padded_batch(activation):
+    import jax.numpy as jnp
+    from flax import nnx
+
+    cfg = post_ln_config(activation=activation)
+    graphdef, params = random_model(cfg)
+    hf = marian_weights.to_marian(cfg, params)
+    rng = np.random.default_rng(0)
+    src = padded_rows(rng, [9, 5, 3, 7], end=EOS_ID)  # [4, 9]
+    tgt_in = padded_rows(rng, [7, 4, 6, 2], first=BOS_ID)  # [4, 7]
+    ours = np.asarray(nnx.merge(graphdef, params)(jnp.asarray(src), jnp.asarray(tgt_in)))
+    src_t = torch.from_numpy(src).long()
+    with torch.inference_mode():
+        theirs = hf(
+            input_ids=src_t,
+            attention_mask=(src_t != PAD_ID).long(),
+            decoder_input_ids=torch.from_numpy(tgt_in).long(),
+        ).logits.numpy()  # [4, 7, V]
+    real = tgt_in != PAD_ID
+    assert np.abs(ours).max() > 1.0  # logits of substance, not a near-zero model
+    np.testing.assert_allclose(theirs[real], ours[real], atol=1e-4, rtol=0)
+
+
+def test_position_table_is_hf_own_and_matches_ours_permuted():
+    from transformer.model.position import sinusoidal_table
+
+    cfg = post_ln_config()
+    hf = marian_weights.to_marian(cfg, random_model(cfg)[1])
+    perm = marian_weights.residual_permutation(cfg.d_model)
+    ours = np.asarray(sinusoidal_table(cfg.max_len, cfg.d_model))[:, perm]
+    for stack in (hf.model.encoder, hf.model.decoder):
+        np.testing.assert_allclose(stack.embed_positions.weight.numpy(), ours, atol=1e-5)
+    norms = [m for m in hf.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 2 * 2 + 3 * 2 and all(m.eps == cfg.norm_eps for m in norms)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_greedy_ids_equal_hf_generate(activation):
+    """Ours: Translator.translate_ids, the compiled greedy search training's BLEU, eval.py and
+    decode.py use. Every row may emit 10 tokens (max_len_a = 0), EOS forced at the 10th."""
+    from transformer.inference.translator import DecodeSettings, Translator
+
+    cfg = post_ln_config(activation=activation)
+    graphdef, params = random_model(cfg, seed=3)
+    settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=10, batch_size=4)
+    rng = np.random.default_rng(1)
+    lengths = [6, 3, 9, 4, 7, 2]
+    src = padded_rows(rng, lengths, end=EOS_ID)  # [6, 9]
+    id_lists = [row[:n].tolist() for row, n in zip(src, lengths, strict=True)]
+    ours, _ = Translator(graphdef, cfg, settings, None, None).translate_ids(params, id_lists)
+    hf = marian_weights.to_marian(cfg, params)
+    src_t = torch.from_numpy(src).long()
+    with torch.inference_mode():
+        out = hf.generate(input_ids=src_t, attention_mask=(src_t != PAD_ID).long(),
+                          num_beams=1, do_sample=False, max_new_tokens=10)  # fmt: skip
+    theirs = marian_weights.generated_ids(out.numpy())
+    assert [r[0] for r in ours] == theirs
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("norm_position", "pre"),
+        ("position", "rope"),
+        ("norm_type", "rmsnorm"),
+        ("activation", "swiglu"),
+        ("num_kv_heads", 2),
+        ("use_bias", False),
+        ("share_embeddings", False),
+        ("tie_output", False),
+    ],
+)
+def test_check_compatible_names_the_field(field, value):
+    with pytest.raises(UserError, match=rf"model\.{field}=") as info:
+        marian_weights.check_compatible(post_ln_config(**{field: value}))
+    assert "\n" not in str(info.value)
+
+
+def test_check_compatible_accepts_post_ln_and_mha_written_out():
+    marian_weights.check_compatible(post_ln_config(num_kv_heads=4, activation="gelu"))
+
+
+@pytest.mark.slow
+def test_real_data_speed_reports_figures_on_a_trained_post_ln_run(tmp_path, capsys):
+    from benchmarks import real_data_speed
+    from transformer.training.loop import train_and_evaluate
+
+    config = tiny_config(train__num_steps=20, train__eval_bleu_sentences=0)
+    config.model.norm_position = "post"
+    workdir = str(tmp_path / "run")
+    train_and_evaluate(config, workdir)
+    capsys.readouterr()
+    rc = real_data_speed.main(["--workdir", workdir, "--split", "test", "--json",
+                               "--max_sentences", "8", "--batch_size", "4"])  # fmt: skip
+    assert rc == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_key = {(r["impl"], r["figure"]): r for r in records}
+    for impl in ("jax-transformer", "torch-marian"):
+        for mode in ("greedy", "beam4"):
+            assert by_key[(impl, f"{mode}_sentences_per_s")]["sentences"] == 8
+            assert 0 <= by_key[(impl, f"{mode}_bleu")]["value"] <= 100
+    agreement = by_key[("torch-marian", "greedy_agreement")]
+    assert 0 <= agreement["value"] <= agreement["agree_up_to_own_limit"] <= 1
+    assert agreement["sentences"] == 8 and agreement["vs"] == "jax-transformer"
+    assert "loadavg_1m_before" in by_key[("jax-transformer", "setup")]
