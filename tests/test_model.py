@@ -253,3 +253,30 @@ def test_gelu_names_say_which_form():
     np.testing.assert_allclose(ACTIVATION_FNS["gelu"](jnp.asarray(x)), exact, atol=1e-6)
     np.testing.assert_allclose(ACTIVATION_FNS["gelu_tanh"](jnp.asarray(x)), tanh, atol=1e-6)
     np.testing.assert_allclose(ACTIVATION_FNS["geglu"](jnp.asarray(x)), exact, atol=1e-6)
+
+
+@pytest.mark.parametrize("position", fast_subset(["sinusoidal", "alibi"], ["alibi"]))
+def test_rows_sharing_a_source_attend_to_it_as_if_it_were_repeated(position):
+    # Cached decoding with G = 3 target rows per source (beams or samples) and the sources'
+    # cross-attention keys/values given once per source equals giving every row its own copy.
+    from transformer.inference.search import expand_to_beams
+
+    model = Transformer(tiny(position=position), rngs=nnx.Rngs(0))
+    segments = (SRC != 0).astype(jnp.int32)
+    cross_kv = model.cross_kv(model.encode(SRC, src_segments=segments))
+    g = 3
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.integers(4, 40, (SRC.shape[0] * g, 4)), jnp.int32)
+    shared_cache = repeated_cache = model.init_cache(tokens.shape[0], 8)
+    repeated_kv, repeated_segments = expand_to_beams((cross_kv, segments), g)
+    for i in range(tokens.shape[1]):
+        step = dict(tgt_in=tokens[:, i : i + 1], cache_index=jnp.asarray(i))
+        shared, shared_cache = model.decode(
+            None, segments, cross_kv=cross_kv, cache=shared_cache, **step
+        )
+        repeated, repeated_cache = model.decode(
+            None, repeated_segments, cross_kv=repeated_kv, cache=repeated_cache, **step
+        )
+        np.testing.assert_allclose(np.asarray(shared), np.asarray(repeated), atol=1e-5)
+    with pytest.raises(ValueError, match="only cached decoding"):
+        model.decode(None, segments, tokens, cross_kv=cross_kv)

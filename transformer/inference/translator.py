@@ -140,10 +140,8 @@ class Translator:
     def _beam_search(self, model, cross_kv, src_segments, max_lens, max_out: int):
         s = self.settings
         b, beam = src_segments.shape[0], s.beam_size
-        cross = search.expand_to_beams(cross_kv, beam)
-        segments = search.expand_to_beams(src_segments, beam)
         out = beam_search(
-            _decoder_step(model, cross, segments),
+            _decoder_step(model, cross_kv, src_segments),  # per source: shared by its beams
             model.init_cache(b * beam, max_out),
             batch_size=b,
             beam_size=beam,
@@ -159,9 +157,7 @@ class Translator:
         s = self.settings
         b = src_segments.shape[0]
         reps = s.num_samples if s.strategy == "sample" else 1
-        cross = search.expand_to_beams(cross_kv, reps)
-        segments = search.expand_to_beams(src_segments, reps)
-        callback = _decoder_step(model, cross, segments)
+        callback = _decoder_step(model, cross_kv, src_segments)  # shared by a source's samples
         cache = model.init_cache(b * reps, max_out)
         row_max = search.expand_to_beams(max_lens, reps)
         if s.strategy == "greedy":
@@ -254,7 +250,8 @@ class Translator:
 
 def _decoder_step(model, cross_kv, src_segments):
     """The search loops' step: (tokens [R], step, cache) -> (logits [R, V], cache), one token
-    per row through the cached decoder; cross_kv and src_segments [R, S] are per row."""
+    per row through the cached decoder; cross_kv and src_segments [B, S] are per source, each
+    shared by its R / B rows (beams or samples)."""
 
     def tokens_to_logits(tokens, step, cache):
         logits, cache = model.decode(

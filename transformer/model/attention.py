@@ -130,11 +130,19 @@ class Attention(nnx.Module):
         rope_positions: jax.Array | None,
         keys: KeySeq | None,
     ) -> jax.Array:
-        """Attends queries from x [B, T, d] to projected (keys, values) [B, K, S, D].
+        """Attends queries from x [R, T, d] to projected (keys, values) [B, K, S, D].
 
-        Returns the output [B, T, d].
+        R is B, or a multiple of it when rows b * (R / B) + j (the beams or samples of
+        element b) share element b's keys and values (cross-attention while decoding): their
+        queries then attend as one block of (R / B) * T queries, so the keys and values are
+        read once per element instead of once per row; mask and bias must not depend on the
+        row within a group. Returns the output [R, T, d].
         """
-        q = self.project_q(x, rope_positions)
+        q = self.project_q(x, rope_positions)  # [R, T, H, D]
+        rows, t = q.shape[:2]
+        group = rows // kv[0].shape[0]
+        if group > 1:  # rows b * group + j share element b's keys/values: one query block
+            q = q.reshape(rows // group, group * t, *q.shape[2:])  # [B, group * T, H, D]
         dropping = keys is not None and self.attention_dropout_rate > 0
         if self.attention_impl != "einsum" and not (dropping or self.sow_probabilities):
             out = attend_fused(q, kv[0], kv[1], mask, bias, self.attention_impl)
@@ -144,5 +152,4 @@ class Attention(nnx.Module):
                 self.sow(nnx.Intermediate, "probabilities", probs)
         if self.head_mask is not None:
             out = out * self.head_mask[...].astype(out.dtype)[None, None, :, None]  # [B, T, H, D]
-        b, t = x.shape[:2]
-        return self.out(out.reshape(b, t, self.num_heads * self.head_dim))
+        return self.out(out.reshape(rows, t, self.num_heads * self.head_dim))

@@ -257,13 +257,24 @@ class Transformer(nnx.Module):
 
         Teacher forcing: cache None, tgt_in [B, T] (BOS first). Cached decoding: tgt_in holds
         the tokens at positions cache_index..cache_index+T-1 (T = 1 per step); src_segments
-        [B, S] marks source padding with 0.
+        [B, S] marks source padding with 0. Cached decoding may give G target rows per source
+        (tgt_in and cache [B * G, ...], rows b * G + j for source b, as beams and samples
+        are laid out) with cross_kv and src_segments per source [B, ...]: the sources' keys
+        and values are then read once per source, not once per row.
         """
         tgt_segments, tgt_positions, ctx = self._decoder_self_attention_inputs(
             tgt_in, tgt_segments, tgt_positions, cache, cache_index
         )
         x = self._embed(tgt_in, tgt_positions, self.target_embedding, self.tgt_positions, keys)
-        cross_mask = masks.segment_mask(tgt_segments, src_segments)
+        if src_segments.shape[0] == tgt_in.shape[0]:
+            cross_mask = masks.segment_mask(tgt_segments, src_segments)  # [B, 1, T, S]
+        elif cache is not None:  # beams/samples per source: cross_kv and segments per source
+            cross_mask = (src_segments != 0)[:, None, None, :]  # [B, 1, 1, S]
+        else:
+            raise ValueError(
+                f"{tgt_in.shape[0]} target rows for {src_segments.shape[0]} sources: only "
+                "cached decoding takes several target rows per source"
+            )
         if cross_kv is None:
             cross_kv = self.cross_kv(encoded)
         new_cache = [] if cache is not None else None
