@@ -41,9 +41,11 @@ from pathlib import Path
 
 try:  # run as `python benchmarks/compare_torch.py` (script dir on sys.path) or as a module
     from benchmarks.common import emit, median_time, peak_rss_mib
+    from benchmarks.marian_weights import marian_config
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import emit, median_time, peak_rss_mib
+    from marian_weights import marian_config
 
 from transformer.common.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID  # noqa: E402
 
@@ -120,33 +122,16 @@ def _split(text: str, allowed: set[str], flag: str) -> list[str]:
 def build_model(seed: int):
     """MarianMTModel with random init at the bench_base sizes (no download)."""
     import torch
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    config = MarianConfig(
-        vocab_size=VOCAB,
-        decoder_vocab_size=VOCAB,
-        d_model=D_MODEL,
-        encoder_layers=LAYERS,
-        decoder_layers=LAYERS,
-        encoder_attention_heads=HEADS,
-        decoder_attention_heads=HEADS,
-        encoder_ffn_dim=D_FF,
-        decoder_ffn_dim=D_FF,
-        activation_function="relu",
-        dropout=DROPOUT,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_position_embeddings=MAX_POSITIONS,
-        scale_embedding=True,  # like ours: token embeddings * sqrt(d_model)
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        pad_token_id=PAD_ID,
-        eos_token_id=EOS_ID,
-        bos_token_id=None,
-        decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=None,  # Marian's default (0) would force token 0 at the end
-        use_cache=True,
-    )
+    from transformer.model.config import ModelConfig
+
+    model_cfg = ModelConfig(vocab_size=VOCAB, d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF,
+                            num_encoder_layers=LAYERS, num_decoder_layers=LAYERS,
+                            norm_position="post", activation="relu")  # fmt: skip
+    # forced_eos None: the decode figures force their lengths with min/max_new_tokens.
+    config = marian_config(model_cfg, dropout=DROPOUT, max_positions=MAX_POSITIONS,
+                           forced_eos_token_id=None)  # fmt: skip
     torch.manual_seed(seed)
     model = MarianMTModel(config)
     shared = model.get_input_embeddings().weight

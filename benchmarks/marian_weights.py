@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 
 from transformer.common.errors import UserError
@@ -82,6 +81,8 @@ def residual_permutation(d_model: int) -> np.ndarray:
 def flat_params(params: Any) -> dict[str, np.ndarray]:
     """{'encoder_layers/0/ffn/wi/kernel': float32 array} from an nnx.State (or the same tree
     with plain arrays, as restore_run returns)."""
+    import jax  # here, not at the top: the PyTorch peer (compare_torch.py) imports this file
+
     flat = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
         names = []
@@ -171,8 +172,11 @@ def generated_ids(sequences: np.ndarray) -> list[list[int]]:
     return rows
 
 
-def marian_config(model_cfg):
-    """The MarianConfig of `model_cfg` (dropout off: the model is only evaluated)."""
+def marian_config(model_cfg, *, dropout: float = 0.0, max_positions: int | None = None,
+                  forced_eos_token_id: int | None = EOS_ID):  # fmt: skip
+    """The MarianConfig of `model_cfg`: dropout off unless given (a model only evaluated),
+    position table of model.max_len rows unless given, EOS forced at the length limit as
+    our searches force it (None: nothing forced; Marian's default id 0 is our PAD)."""
     from transformers import MarianConfig
 
     return MarianConfig(
@@ -186,11 +190,11 @@ def marian_config(model_cfg):
         encoder_ffn_dim=model_cfg.d_ff,
         decoder_ffn_dim=model_cfg.d_ff,
         activation_function=HF_ACTIVATIONS[model_cfg.activation],
-        dropout=0.0,
+        dropout=dropout,
         attention_dropout=0.0,
         activation_dropout=0.0,
         # Sources are cut to max_len tokens and outputs never exceed it (Translator).
-        max_position_embeddings=model_cfg.max_len,
+        max_position_embeddings=max_positions or model_cfg.max_len,
         scale_embedding=True,  # ours: token embeddings * sqrt(d_model)
         share_encoder_decoder_embeddings=True,
         tie_word_embeddings=True,
@@ -198,8 +202,7 @@ def marian_config(model_cfg):
         eos_token_id=EOS_ID,
         bos_token_id=None,
         decoder_start_token_id=BOS_ID,
-        # Marian's default forced EOS id is 0, our PAD; ours forces EOS at the last position.
-        forced_eos_token_id=EOS_ID,
+        forced_eos_token_id=forced_eos_token_id,
         use_cache=True,
     )
 

@@ -321,7 +321,9 @@ def _markdown_notes(per_run: list[dict]) -> list[str]:
         "matching seeds concatenated, its interval the 2.5-97.5th percentiles of sacreBLEU's "
         "paired bootstrap (1,000 resamples, seed 12345) and p its p-value, in brackets after "
         "Holm's correction over the variants; * marks p < 0.05 after the correction "
-        "(chrF's in results.csv). Params and MFLOPs/token (analytic forward FLOPs per target "
+        "(chrF's in results.csv). The interval is percentile-based while sacreBLEU's p "
+        "comes from its own centred test, so at the margin an interval touching 0 can sit "
+        "beside p < 0.05. Params and MFLOPs/token (analytic forward FLOPs per target "
         "token at the training batch's shape) are the training log's. Best valid loss is the "
         "lowest validation loss (NLL) of each run, averaged over seeds; train tok/s is the "
         "median of the logged training rows (source + target tokens), averaged over seeds.",
