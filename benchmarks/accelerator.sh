@@ -6,12 +6,16 @@
 #
 # OUT_DIR (default: $OUT, else benchmarks/results) receives:
 #   accelerator_setup.txt         nvidia-smi, the JAX version and devices
-#   accelerator_cudnn.jsonl       train (batch 256 x 64+64 tokens) and decode (greedy, sample,
-#                                 beam 4 at batch 32 x 64 tokens): model.attention_impl=cudnn
-#   accelerator_xla.jsonl         the train step with model.attention_impl=xla (XLA's fusion of
-#                                 jax.nn.dot_product_attention), for the kernel's share
+#   accelerator_cudnn.jsonl       the train step (batch 256 x 64+64 tokens) with
+#                                 model.attention_impl=cudnn
+#   accelerator_cudnn_decode.jsonl  decoding (greedy, sample, beam 4 at batch 32 x 64 tokens)
+#                                 with model.attention_impl=cudnn
+#   accelerator_xla.jsonl         train and decode with model.attention_impl=xla (XLA's fusion
+#                                 of jax.nn.dot_product_attention), for the kernel's share
 #   accelerator_remat.jsonl       the cudnn train step with train.remat=block (device memory
 #                                 against step time)
+# A run that fails leaves its stderr in accelerator_<name>.err and the others still run (the
+# script then exits 1).
 # MFU is against the chip's published dense bfloat16 peak: PEAK_TFLOPS, or by device kind
 # (H100/H200 SXM 989.5, A100 312); otherwise the measured matmul peak.
 #
@@ -121,15 +125,23 @@ COMMON=(--config=configs/bench_base.py --config.model.dtype=bfloat16 --json
         --nocache_lengths= "${SIZE[@]}")
 [[ -n "$PEAK" ]] && COMMON+=(--peak_tflops="$PEAK")
 
+FAILED=0
 bench() {  # bench NAME ARGS...: one throughput.py run into accelerator_NAME.jsonl
     local name=$1
     shift
     echo "== $name: $*" >&2
-    "$PYTHON" benchmarks/throughput.py "${COMMON[@]}" "$@" > "$OUT_DIR/accelerator_$name.jsonl"
+    if ! "$PYTHON" benchmarks/throughput.py "${COMMON[@]}" "$@" \
+            > "$OUT_DIR/accelerator_$name.jsonl" 2> "$OUT_DIR/accelerator_$name.err"; then
+        echo "error: $name failed; see $OUT_DIR/accelerator_$name.err" >&2
+        tail -3 "$OUT_DIR/accelerator_$name.err" >&2
+        FAILED=1
+    fi
 }
 
-bench cudnn --what=train,decode --config.model.attention_impl=$ATTENTION "${TRAIN_BATCH[@]}"
-bench xla --what=train --config.model.attention_impl=xla "${TRAIN_BATCH[@]}"
+bench cudnn --what=train --config.model.attention_impl=$ATTENTION "${TRAIN_BATCH[@]}"
+bench cudnn_decode --what=decode --config.model.attention_impl=$ATTENTION
+bench xla --what=train,decode --config.model.attention_impl=xla "${TRAIN_BATCH[@]}"
 bench remat --what=train --config.model.attention_impl=$ATTENTION --config.train.remat=block \
     "${TRAIN_BATCH[@]}"
-echo "wrote $OUT_DIR/accelerator_{setup.txt,cudnn.jsonl,xla.jsonl,remat.jsonl}" >&2
+echo "wrote $OUT_DIR/accelerator_*.jsonl" >&2
+exit $FAILED
