@@ -23,8 +23,10 @@ from transformer.data import source_batch, tokenize_sources
 from transformer.inference import search
 from transformer.inference.beam import beam_search
 from transformer.model.config import ModelConfig
+from transformer.model.quantize import quantize_decoder
 
 STRATEGIES = ("greedy", "sample", "beam")
+QUANTIZE = ("none", "int8")  # decode.quantize: int8 = transformer.model.quantize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,7 @@ class DecodeSettings:
     max_len_b: int = 10
     min_len: int = 0
     batch_size: int = 64
+    quantize: str = "none"
 
     def __post_init__(self):
         checks = [
@@ -61,6 +64,10 @@ class DecodeSettings:
             (0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}"),
             (self.num_samples >= 1, f"decode.num_samples must be >= 1, got {self.num_samples}"),
             (self.batch_size >= 1, f"decode.batch_size must be >= 1, got {self.batch_size}"),
+            (
+                self.quantize in QUANTIZE,
+                f"unknown decode.quantize {self.quantize!r}; valid: " + ", ".join(QUANTIZE),
+            ),
             (self.min_len >= 0, f"decode.min_len must be >= 0, got {self.min_len}"),
             (
                 self.max_len_a >= 0 and self.max_len_b >= 0,
@@ -131,6 +138,8 @@ class Translator:
         model = nnx.merge(self.graphdef, params)
         src_segments = (src != PAD_ID).astype(jnp.int32)
         cross_kv = model.cross_kv(model.encode(src, src_segments=src_segments))
+        if s.quantize == "int8":  # the decoder loop's products; encoder and cross K/V stay f32
+            quantize_decoder(model)
         src_len = jnp.sum(src_segments, axis=1)
         max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)  # [B]
         if s.strategy == "beam":

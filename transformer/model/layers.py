@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from transformer.model.dropout import KeySeq, dropout
+from transformer.model.quantize import int8_matmul
 
 xavier = nnx.initializers.xavier_uniform()
 
@@ -21,9 +22,14 @@ class Dense(nnx.Module):
         self.kernel = nnx.Param(kernel)
         self.bias = nnx.Param(jnp.zeros((d_out,), jnp.float32)) if use_bias else None
         self.dtype = dtype
+        # (int8 kernel [in, out], scale [out]) set by quantize.quantize_decoder for decoding.
+        self.int8: tuple[jax.Array, jax.Array] | None = nnx.data(None)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = matmul(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        if self.int8 is not None:
+            y = int8_matmul(x, *self.int8).astype(self.dtype)
+        else:
+            y = matmul(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y

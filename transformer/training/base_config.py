@@ -129,4 +129,5 @@ def _decode_section() -> ml_collections.ConfigDict:
     decode.max_len_b = 10
     decode.min_len = 0
     decode.batch_size = 64  # sentences per decoding batch
+    decode.quantize = "none"  # none | int8: the decoder's products in int8 (model/quantize.py)
     return decode

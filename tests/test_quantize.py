@@ -1,0 +1,109 @@
+"""Int8 decoding products against their definition: symmetric abs-max quantization, an
+int32 sum, and the error bound that rounding each operand by at most half a step implies."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tests.helpers import tiny_model_config
+from transformer import Transformer
+from transformer.common.errors import UserError
+from transformer.inference.translator import DecodeSettings, Translator
+from transformer.model.quantize import (
+    int8_matmul,
+    quantize_columns,
+    quantize_decoder,
+    quantize_rows,
+)
+
+
+def test_quantized_values_are_int8_steps_within_half_a_step():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 5)).astype(np.float32)
+    w[:, 3] = 0.0  # an all-zero column stays exactly zero
+    q, scale = quantize_columns(jnp.asarray(w))
+    assert q.dtype == jnp.int8 and int(jnp.abs(q).max()) == 127
+    np.testing.assert_allclose(np.asarray(scale)[[0, 1, 2, 4]],
+                               np.abs(w).max(axis=0)[[0, 1, 2, 4]] / 127, rtol=1e-6)  # fmt: skip
+    error = np.abs(np.asarray(q, np.float32) * np.asarray(scale) - w)
+    assert (error <= np.asarray(scale) / 2 + 1e-7).all()
+    assert (np.asarray(q)[:, 3] == 0).all()
+    x = rng.standard_normal((3, 4, 16)).astype(np.float32)
+    qx, sx = quantize_rows(jnp.asarray(x))
+    assert sx.shape == (3, 4, 1)
+    assert (
+        np.abs(np.asarray(qx, np.float32) * np.asarray(sx) - x) <= np.asarray(sx) / 2 + 1e-7
+    ).all()
+
+
+def test_int8_product_is_within_the_rounding_bound_and_exact_on_the_grid():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((6, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 10)).astype(np.float32)
+    got = np.asarray(int8_matmul(jnp.asarray(x), *quantize_columns(jnp.asarray(w))))
+    # |x w - x' w'| <= |x| |dw| + |dx| |w'| with |dx| <= s_x / 2 and |dw| <= s_w / 2.
+    s_x = np.abs(x).max(axis=1, keepdims=True) / 127
+    s_w = np.abs(w).max(axis=0, keepdims=True) / 127
+    bound = np.abs(x) @ np.broadcast_to(s_w / 2, w.shape) + (s_x / 2) @ (np.abs(w) + s_w / 2).sum(
+        axis=0, keepdims=True
+    )
+    assert (np.abs(got - x @ w) <= bound + 1e-5).all()
+    # Operands already on their int8 grids multiply exactly (the sum is int32).
+    xi = rng.integers(-127, 128, (4, 64)).astype(np.float32)
+    xi[:, 0] = 127
+    wi = rng.integers(-127, 128, (64, 3)).astype(np.float32)
+    wi[0] = 127
+    exact = np.asarray(int8_matmul(jnp.asarray(xi * 0.5), *quantize_columns(jnp.asarray(wi * 2.0))))
+    np.testing.assert_allclose(exact, xi @ wi, rtol=1e-6)
+
+
+SRC = jnp.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], jnp.int32)
+TGT = jnp.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]], jnp.int32)
+
+
+def test_quantized_decoder_stays_close_and_leaves_the_parameters_alone():
+    model = Transformer(tiny_model_config(d_model=64, d_ff=128), rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model)
+    segments = (SRC != 0).astype(jnp.int32)
+
+    def logits(params, int8: bool):
+        m = nnx.merge(graphdef, params)
+        encoded = m.encode(SRC, src_segments=segments)
+        cross_kv = m.cross_kv(encoded)
+        if int8:
+            quantize_decoder(m)
+        return m.decode(encoded, segments, TGT, cross_kv=cross_kv)[0]
+
+    plain = jax.jit(lambda p: logits(p, False))(params)
+    int8 = jax.jit(lambda p: logits(p, True))(params)
+    scale = float(jnp.abs(plain).max())
+    assert 0 < float(jnp.abs(int8 - plain).max()) < 0.02 * scale
+    assert float((plain.argmax(-1) == int8.argmax(-1)).mean()) >= 0.9
+    for name, module in nnx.iter_modules(nnx.merge(graphdef, params)):  # copies only
+        assert getattr(module, "int8", None) is None, name
+
+
+def test_translator_decodes_with_int8_and_rejects_unknown_modes(monkeypatch):
+    from transformer.inference import translator as translator_lib
+
+    calls = []  # quantize_decoder runs while the decode function is traced, once per compile
+    real = translator_lib.quantize_decoder
+    monkeypatch.setattr(translator_lib, "quantize_decoder", lambda m: calls.append(1) or real(m))
+    model = Transformer(tiny_model_config(d_model=64, d_ff=128), rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model)
+    outputs = {}
+    for quantize in ("none", "int8"):
+        settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6,
+                                  quantize=quantize)  # fmt: skip
+        translator = Translator(graphdef, model.cfg, settings, None, None)
+        outputs[quantize], _ = translator.translate_ids(params, [[5, 6, 7, 3], [9, 10, 3]])
+        assert len(calls) == (quantize == "int8")
+    assert all(len(o[0]) <= 6 for o in outputs["int8"])
+    tokens = [t for o in outputs["none"] for t in o[0]]
+    same = [a == b for o, q in zip(outputs["none"], outputs["int8"], strict=True)
+            for a, b in zip(o[0], q[0], strict=False)]  # fmt: skip
+    assert tokens and sum(same) >= 0.5 * len(same)  # greedy paths part at the first near-tie
+    with pytest.raises(UserError, match="decode.quantize 'int4'"):
+        DecodeSettings(quantize="int4")
