@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers import tiny_config
+from tests.helpers import fast_subset, tiny_config
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -63,8 +63,9 @@ def padded_rows(rng, lengths, *, first=None, end=None) -> np.ndarray:
     return rows
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("activation", fast_subset(["relu", "gelu", "gelu_tanh"], ["gelu"]))
 def test_teacher_forced_logits_agree_on_a_padded_batch(activation):
+    import jax
     import jax.numpy as jnp
     from flax import nnx
 
@@ -74,7 +75,8 @@ def test_teacher_forced_logits_agree_on_a_padded_batch(activation):
     rng = np.random.default_rng(0)
     src = padded_rows(rng, [9, 5, 3, 7], end=EOS_ID)  # [4, 9]
     tgt_in = padded_rows(rng, [7, 4, 6, 2], first=BOS_ID)  # [4, 7]
-    ours = np.asarray(nnx.merge(graphdef, params)(jnp.asarray(src), jnp.asarray(tgt_in)))
+    forward = jax.jit(lambda p, s, t: nnx.merge(graphdef, p)(s, t))  # eager NNX is slow
+    ours = np.asarray(forward(params, jnp.asarray(src), jnp.asarray(tgt_in)))
     src_t = torch.from_numpy(src).long()
     with torch.inference_mode():
         theirs = hf(
@@ -100,7 +102,7 @@ def test_position_table_is_hf_own_and_matches_ours_permuted():
     assert len(norms) == 2 * 2 + 3 * 2 and all(m.eps == cfg.norm_eps for m in norms)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("activation", fast_subset(["relu", "gelu"], ["relu"]))
 def test_greedy_ids_equal_hf_generate(activation):
     """Ours: Translator.translate_ids, the compiled greedy search training's BLEU, eval.py and
     decode.py use. Every row may emit 10 tokens (max_len_a = 0), EOS forced at the 10th."""
