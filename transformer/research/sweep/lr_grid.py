@@ -104,10 +104,6 @@ class Choice:
         return max(losses) - min(losses) if self.complete and losses else None
 
     @property
-    def diverged_scales(self) -> list[float]:
-        return [p.scale for p in self.points if p.diverged]
-
-    @property
     def learning_rate(self) -> float | None:
         return next(p.learning_rate for p in self.points if p.scale == self.scale)
 
