@@ -13,7 +13,9 @@ call with its output shape and the JAX operation it came from, then the totals p
 matrix products (XLA CPU's `ynn_fusion`/`dot` ops and their fused epilogues), layout copies
 (`copy`/`transpose` fusions: data moved into another layout, no arithmetic), the rest
 (elementwise, reductions, RNG, sorting) and the time outside any op (the runtime dispatching
-ops one after another, loop control). The op
+ops one after another, loop control), and the totals by place: ops in a while loop's body
+(a decoding call's token steps) and ops outside any loop (its encoder, cross-attention
+keys/values and set-up). The op
 times are summed over the call; XLA's CPU runtime can run independent ops at once, so they
 may add up to more than the call's wall time. The trace (TensorBoard/Perfetto format) stays
 in --trace_dir.
@@ -118,11 +120,23 @@ def build_decode(config, mode: str, length: int):
     return (lambda: compiled(params, src, row_ids)), compiled.as_text()
 
 
-def op_table(hlo_text: str) -> dict[str, tuple[str, str, str]]:
-    """{instruction name: (output shape, kind, JAX op_name)} from compiled HLO text."""
-    ops = {}
+def op_table(hlo_text: str) -> dict[str, tuple[str, str, str, bool]]:
+    """{instruction name: (output shape, kind, JAX op_name, in a loop)} from compiled HLO
+    text; `in a loop`: the instruction lies in a while loop's body (the decode loop's token
+    steps) or in a computation such a body calls."""
+    ops, computation_of, calls = {}, {}, collections.defaultdict(set)
+    bodies, computation = set(), ""
     for line in hlo_text.splitlines():
-        match = re.match(r"\s*(?:ROOT )?%(\S+) = (\S+) (\w+)\(", line)
+        header = re.match(r"(?:ENTRY )?%(\S+) .*\{\s*$", line)
+        if header and not line.startswith(" "):
+            computation = header.group(1)
+            continue
+        bodies.update(re.findall(r"body=%([\w.\-]+)", line))  # a while loop's body
+        for callees in re.findall(r"(?:calls|to_apply|branch_computations|true_computation|"
+                                  r"false_computation|body|condition)=(\{[^}]*\}|%[\w.\-]+)",
+                                  line):  # fmt: skip
+            calls[computation].update(re.findall(r"%([\w.\-]+)", callees))
+        match = re.match(r"\s*(?:ROOT )?%(\S+) = (\S+) (\w+)\(", line)  # not tuple-shaped
         if not match:
             continue
         name, shape, opcode = match.groups()
@@ -134,7 +148,13 @@ def op_table(hlo_text: str) -> dict[str, tuple[str, str, str]]:
             kind = "other"
         op_name = re.search(r'op_name="([^"]*)"', line)
         ops[name] = (shape, kind, op_name.group(1) if op_name else "")
-    return ops
+        computation_of[name] = computation
+    in_loop, frontier = set(bodies), list(bodies)
+    while frontier:  # computations reachable from a loop body
+        for callee in calls[frontier.pop()] - in_loop:
+            in_loop.add(callee)
+            frontier.append(callee)
+    return {name: (*op, computation_of[name] in in_loop) for name, op in ops.items()}
 
 
 def read_trace(trace_dir: str) -> collections.Counter:
@@ -178,21 +198,29 @@ def main(argv):
     ops = op_table(compiled_text)
     totals = read_trace(FLAGS.trace_dir)
     per_step = {name: us / FLAGS.steps / 1e3 for name, us in totals.items() if name in ops}
-    kinds = collections.Counter()
+    kinds, places = collections.Counter(), collections.Counter()
     for name, ms in per_step.items():
         kinds[ops[name][1]] += ms
+        places["in the loop" if ops[name][3] else "outside any loop"] += ms
     rows = sorted(per_step.items(), key=lambda kv: -kv[1])[: FLAGS.top]
-    if FLAGS.json:
-        print(json.dumps({"figure": "profiled_step_ms", "value": step_ms, "steps": FLAGS.steps}))
-        for kind, ms in kinds.most_common():
-            print(json.dumps({"figure": "op_kind_ms", "kind": kind, "value": ms}))
-        outside = max(step_ms - sum(kinds.values()), 0.0)
-        print(json.dumps({"figure": "op_kind_ms", "kind": "outside ops", "value": outside}))
-        for name, ms in rows:
-            shape, kind, op_name = ops[name]
-            print(json.dumps({"figure": "op_ms", "op": name, "value": ms, "kind": kind,
-                              "shape": shape, "jax_op": op_name}))  # fmt: skip
-        return
+    report = print_json if FLAGS.json else print_table
+    report(step_ms, kinds, places, [(name, ms, *ops[name]) for name, ms in rows])
+
+
+def print_json(step_ms: float, kinds, places, rows) -> None:
+    print(json.dumps({"figure": "profiled_step_ms", "value": step_ms, "steps": FLAGS.steps}))
+    for kind, ms in kinds.most_common():
+        print(json.dumps({"figure": "op_kind_ms", "kind": kind, "value": ms}))
+    outside = max(step_ms - sum(kinds.values()), 0.0)
+    print(json.dumps({"figure": "op_kind_ms", "kind": "outside ops", "value": outside}))
+    for place, ms in places.most_common():
+        print(json.dumps({"figure": "op_place_ms", "place": place, "value": ms}))
+    for name, ms, shape, kind, op_name, looped in rows:
+        print(json.dumps({"figure": "op_ms", "op": name, "value": ms, "kind": kind,
+                          "shape": shape, "jax_op": op_name, "in_loop": looped}))  # fmt: skip
+
+
+def print_table(step_ms: float, kinds, places, rows) -> None:
     unit = "step" if FLAGS.what == "train" else f"{FLAGS.what} call ({FLAGS.decode_len} tokens)"
     print(f"{unit}: {step_ms:.1f} ms (median of {FLAGS.steps} traced calls); trace in "
           f"{FLAGS.trace_dir}")  # fmt: skip
@@ -204,10 +232,13 @@ def main(argv):
         print(
             f"  {'outside ops':<12} {outside:9.1f} ms  {100 * outside / step_ms:5.1f}% of the call"
         )
-    print(f"slowest {len(rows)} ops:")
-    for name, ms in rows:
-        shape, kind, op_name = ops[name]
-        print(f"  {ms:8.1f} ms  {kind:<11}  {name:<28} {shape:<24} {op_name[-60:]}")
+    print("op time per call by place (a while loop's body: the decode loop's token steps):")
+    for place, ms in places.most_common():
+        print(f"  {place:<16} {ms:9.1f} ms  {100 * ms / max(step_ms, 1e-9):5.1f}% of the call")
+    print(f"slowest {len(rows)} ops (L: in a loop):")
+    for name, ms, shape, kind, op_name, looped in rows:
+        print(f"  {ms:8.1f} ms  {kind:<11} {'L' if looped else ' '} {name:<28} {shape:<24} "
+              f"{op_name[-60:]}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -174,6 +174,9 @@ def test_profile_step_profiles_a_decoding_call(tmp_path):
     assert sum(kinds.values()) >= 0.99 * call_ms
     ops = [r for r in records if r["figure"] == "op_ms"]
     assert len(ops) == 3 and all(r["value"] > 0 for r in ops)
+    places = {r["place"]: r["value"] for r in records if r["figure"] == "op_place_ms"}
+    assert places["in the loop"] > 0 < places["outside any loop"]  # token steps vs encoder
+    assert sum(places.values()) == pytest.approx(sum(kinds.values()) - kinds["outside ops"])
 
 
 def test_accelerator_script_parses():
@@ -204,23 +207,59 @@ def test_accelerator_script_dry_run_writes_every_file(tmp_path):
         assert records[name]["decode_beam4_sentences_per_s_8"]["value"] > 0
 
 
+@pytest.mark.slow  # a minute of products in five implementations
 def test_matmul_shapes_reports_every_shape_and_impl():
-    impls = ["xla", "xla_1thread", "numpy"]
+    impls = ["xla", "xla_1thread", "xla_nk", "xla_int8", "numpy"]
     try:
         import torch  # noqa: F401
 
-        impls.append("torch_1thread")
+        impls += ["torch_1thread", "torch_linear"]
     except ImportError:  # the bench extra is not installed
         pass
-    proc = run(["benchmarks/matmul_shapes.py", "--json", "--shapes", "decode32", "--repeats",
-                "1", "--impls", ",".join(impls)], check=True)  # fmt: skip
+    proc = run(["benchmarks/matmul_shapes.py", "--json", "--shapes", "decode32,train",
+                "--weights", "cached,streamed", "--stream_mib", "32", "--repeats", "1",
+                "--impls", ",".join(impls)],
+               check=True)  # fmt: skip
     records = [json.loads(line) for line in proc.stdout.splitlines()]
-    products = [r for r in records if r["figure"].startswith("matmul_gflops_")]
-    assert {(r["impl"], r["figure"]) for r in products} == {
-        (impl, f"matmul_gflops_32x{k}x{n}")
-        for impl in impls for k, n in ((512, 512), (512, 2048), (2048, 512), (512, 8000))
-    }  # fmt: skip
-    for r in products:  # the figure is the FLOP count over the timed median
+    products = [r for r in records if "gflops_" in r["figure"]]
+    decode = [f"32x{k}x{n}" for k, n in ((512, 512), (512, 2048), (2048, 512), (512, 8000))]
+    train = ["4096x512x2048", "4096x2048x512", "4096x512x8000"]
+    assert sorted((r["impl"], r["figure"]) for r in products) == sorted(
+        [(impl, f"matmul_gflops_{s}") for impl in impls for s in decode + train]
+        + [(impl, f"matmul_streamed_gflops_{s}") for impl in impls for s in decode]
+    )  # streamed weights only for the decode shapes
+    for r in products:  # the figure is the FLOP count over the timed median of one product
         m, k, n = map(int, r["figure"].rsplit("_", 1)[1].split("x"))
         assert r["value"] == pytest.approx(2 * m * k * n / r["median_s"] / 1e9, rel=1e-3)
+        width = 1 if r["impl"] == "xla_int8" else 4  # bytes per weight
+        assert r["weight_gbs"] == pytest.approx(k * n * width / r["median_s"] / 1e9, rel=1e-3)
+        if r["weights"] == "streamed":  # the ring holds --stream_mib of float32 weights
+            assert r["ring"] == 32 * 2**20 // (4 * k * n)
+        else:
+            assert r["ring"] == 1
     assert records[0]["figure"] == "setup" and "loadavg_1m" in records[0]
+    bandwidth = next(r for r in records if r["figure"] == "memory_read_gbs")
+    assert bandwidth["value"] > 0 and bandwidth["bytes"] == 32 * 2**20
+
+
+def test_decode_ab_alternates_arms_and_reports_speedups_against_the_first():
+    tiny = [a for a in TINY if a not in ("--json", "--steps=2")]
+    proc = run(["benchmarks/decode_ab.py", *tiny, "--json", "--modes", "greedy", "--rounds",
+                "2", "--decode_len", "8",
+                "--arms", "weight_layout=none;weight_layout=out_in;quantize=int8"],
+               check=True)  # fmt: skip
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records[0]["figure"] == "setup" and records[0]["rounds"] == 2
+    calls = {r["arm"]: r for r in records if r["figure"] == "decode_ab_call_s"}
+    speedups = {r["arm"]: r for r in records if r["figure"] == "decode_ab_speedup"}
+    arms = ["weight_layout=none", "weight_layout=out_in", "quantize=int8"]
+    assert list(calls) == list(speedups) == arms
+    for arm in arms:  # the first arm's median call over this arm's
+        want = calls[arms[0]]["value"] / calls[arm]["value"]
+        assert speedups[arm]["value"] == pytest.approx(want, rel=1e-6)
+        assert calls[arm]["min_s"] <= calls[arm]["value"] <= calls[arm]["max_s"]
+    assert speedups[arms[0]]["tokens_agree"] == 1.0
+    assert speedups["weight_layout=out_in"]["tokens_agree"] == 1.0  # the same products
+    bad = run(["benchmarks/decode_ab.py", *tiny, "--arms", "beam=3;"], check=False)
+    assert bad.returncode == 2 and "error: --arms: 'beam=3'" in bad.stderr
+    assert "Traceback" not in bad.stderr

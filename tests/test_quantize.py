@@ -11,12 +11,8 @@ from tests.helpers import tiny_model_config
 from transformer import Transformer
 from transformer.common.errors import UserError
 from transformer.inference.translator import DecodeSettings, Translator
-from transformer.model.quantize import (
-    int8_matmul,
-    quantize_columns,
-    quantize_decoder,
-    quantize_rows,
-)
+from transformer.model.decode_weights import prepare_decoder
+from transformer.model.quantize import int8_matmul, quantize_columns, quantize_rows
 
 
 def test_quantized_values_are_int8_steps_within_half_a_step():
@@ -73,7 +69,7 @@ def test_quantized_decoder_stays_close_and_leaves_the_parameters_alone():
         encoded = m.encode(SRC, src_segments=segments)
         cross_kv = m.cross_kv(encoded)
         if int8:
-            quantize_decoder(m)
+            prepare_decoder(m, layout="in_out", quantize="int8")
         return m.decode(encoded, segments, TGT, cross_kv=cross_kv)[0]
 
     plain = jax.jit(lambda p: logits(p, False))(params)
@@ -82,15 +78,16 @@ def test_quantized_decoder_stays_close_and_leaves_the_parameters_alone():
     assert 0 < float(jnp.abs(int8 - plain).max()) < 0.02 * scale
     assert float((plain.argmax(-1) == int8.argmax(-1)).mean()) >= 0.9
     for name, module in nnx.iter_modules(nnx.merge(graphdef, params)):  # copies only
-        assert getattr(module, "int8", None) is None, name
+        assert getattr(module, "decode_projection", None) is None, name
 
 
 def test_translator_decodes_with_int8_and_rejects_unknown_modes(monkeypatch):
     from transformer.inference import translator as translator_lib
 
-    calls = []  # quantize_decoder runs while the decode function is traced, once per compile
-    real = translator_lib.quantize_decoder
-    monkeypatch.setattr(translator_lib, "quantize_decoder", lambda m: calls.append(1) or real(m))
+    calls = []  # prepare_decoder runs while the decode function is traced, once per compile
+    real = translator_lib.prepare_decoder
+    monkeypatch.setattr(translator_lib, "prepare_decoder",
+                        lambda m, **kw: calls.append(kw["quantize"]) or real(m, **kw))  # fmt: skip
     model = Transformer(tiny_model_config(d_model=64, d_ff=128), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     outputs = {}
@@ -99,7 +96,7 @@ def test_translator_decodes_with_int8_and_rejects_unknown_modes(monkeypatch):
                                   quantize=quantize)  # fmt: skip
         translator = Translator(graphdef, model.cfg, settings, None, None)
         outputs[quantize], _ = translator.translate_ids(params, [[5, 6, 7, 3], [9, 10, 3]])
-        assert len(calls) == (quantize == "int8")
+        assert calls[-1] == quantize
     assert all(len(o[0]) <= 6 for o in outputs["int8"])
     tokens = [t for o in outputs["none"] for t in o[0]]
     same = [a == b for o, q in zip(outputs["none"], outputs["int8"], strict=True)

@@ -94,6 +94,8 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
         (n, s): os.path.getmtime(os.path.join(workdir, n, str(s), "eval", "test.json"))
         for n in ("pre", "post") for s in (0, 1) if (n, s) != ("post", 1)
     }  # fmt: skip
+    done_status = {key: open(os.path.join(workdir, key[0], str(key[1]), "status.json")).read()
+                   for key in done_evals}  # fmt: skip
     interrupted = os.path.join(workdir, "post", "1")
     os.remove(os.path.join(interrupted, "eval", "test.json"))
     os.remove(os.path.join(interrupted, "status.json"))
@@ -104,6 +106,8 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     for (n, s), mtime in done_evals.items():
         assert os.path.getmtime(os.path.join(workdir, n, str(s), "eval", "test.json")) == mtime
         assert _attempts(os.path.join(workdir, n, str(s), "train.log")) == 1
+        status_text = open(os.path.join(workdir, n, str(s), "status.json")).read()
+        assert status_text == done_status[n, s]  # a finished run's status is not rewritten
     assert _attempts(os.path.join(interrupted, "train.log")) == 2  # resumed: nothing to train
     assert _attempts(os.path.join(interrupted, "eval.log")) == 2
     assert json.load(open(os.path.join(interrupted, "status.json")))["status"] == "done"

@@ -23,7 +23,7 @@ from transformer.data import source_batch, tokenize_sources
 from transformer.inference import search
 from transformer.inference.beam import beam_search
 from transformer.model.config import ModelConfig
-from transformer.model.quantize import quantize_decoder
+from transformer.model.decode_weights import LAYOUTS, prepare_decoder, resolve_layout
 
 STRATEGIES = ("greedy", "sample", "beam")
 QUANTIZE = ("none", "int8")  # decode.quantize: int8 = transformer.model.quantize
@@ -47,6 +47,7 @@ class DecodeSettings:
     min_len: int = 0
     batch_size: int = 64
     quantize: str = "none"
+    weight_layout: str = "auto"
 
     def __post_init__(self):
         checks = [
@@ -67,6 +68,11 @@ class DecodeSettings:
             (
                 self.quantize in QUANTIZE,
                 f"unknown decode.quantize {self.quantize!r}; valid: " + ", ".join(QUANTIZE),
+            ),
+            (
+                self.weight_layout in LAYOUTS,
+                f"unknown decode.weight_layout {self.weight_layout!r}; valid: "
+                + ", ".join(LAYOUTS),
             ),
             (self.min_len >= 0, f"decode.min_len must be >= 0, got {self.min_len}"),
             (
@@ -138,8 +144,11 @@ class Translator:
         model = nnx.merge(self.graphdef, params)
         src_segments = (src != PAD_ID).astype(jnp.int32)
         cross_kv = model.cross_kv(model.encode(src, src_segments=src_segments))
-        if s.quantize == "int8":  # the decoder loop's products; encoder and cross K/V stay f32
-            quantize_decoder(model)
+        # The decoder loop's weights in the layout its row count multiplies fastest (int8 if
+        # asked); the encoder and the cross-attention keys/values above keep the parameters.
+        rows = src.shape[0] * (s.beam_size if s.strategy == "beam" else s.num_samples
+                               if s.strategy == "sample" else 1)  # fmt: skip
+        prepare_decoder(model, layout=resolve_layout(s.weight_layout, rows), quantize=s.quantize)
         src_len = jnp.sum(src_segments, axis=1)
         max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)  # [B]
         if s.strategy == "beam":

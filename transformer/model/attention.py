@@ -101,6 +101,9 @@ class Attention(nnx.Module):
         self.out = Dense(cfg.num_heads * hd, d, init_scale=out_init_scale, **common)
         self.head_mask: HeadMask | None = nnx.data(None)  # data: a HeadMask may replace it
         self.sow_probabilities = False
+        # Query, key and value weights side by side (decode_weights.Projection), set for
+        # decoding by decode_weights.prepare_decoder: project_qkv then runs one product.
+        self.decode_qkv = nnx.data(None)
 
     def project_kv(
         self, x: jax.Array, positions: jax.Array | None = None
@@ -120,6 +123,25 @@ class Attention(nnx.Module):
             q = apply_rope(q, positions, self.rope_base)
         return q
 
+    def project_qkv(
+        self, x: jax.Array, positions: jax.Array | None = None
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """Self-attention's projections of x [B, T, d]: (queries [B, T, H, D], (keys, values)
+        [B, K, T, D]), in one product when decode_qkv is set."""
+        if self.decode_qkv is None:
+            return self.project_q(x, positions), self.project_kv(x, positions)
+        b, t, _ = x.shape
+        q_width, kv_width = self.num_heads * self.head_dim, self.kv_heads * self.head_dim
+        qkv = self.decode_qkv(x, self.query.dtype)  # [B, T, q_width + 2 kv_width]
+        q, k, v = jnp.split(qkv, [q_width, q_width + kv_width], axis=-1)
+        q = q.reshape(b, t, self.num_heads, self.head_dim)
+        k = k.reshape(b, t, self.kv_heads, self.head_dim)
+        v = v.reshape(b, t, self.kv_heads, self.head_dim)
+        if positions is not None:
+            q = apply_rope(q, positions, self.rope_base)
+            k = apply_rope(k, positions, self.rope_base)
+        return q, (k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
+
     def __call__(
         self,
         x: jax.Array,
@@ -129,8 +151,10 @@ class Attention(nnx.Module):
         bias: jax.Array | None,
         rope_positions: jax.Array | None,
         keys: KeySeq | None,
+        q: jax.Array | None = None,
     ) -> jax.Array:
-        """Attends queries from x [R, T, d] to projected (keys, values) [B, K, S, D].
+        """Attends queries from x [R, T, d] to projected (keys, values) [B, K, S, D]; q, the
+        queries [R, T, H, D] when already projected (project_qkv), skips the projection.
 
         R is B, or a multiple of it when rows b * (R / B) + j (the beams or samples of
         element b) share element b's keys and values (cross-attention while decoding): their
@@ -138,7 +162,8 @@ class Attention(nnx.Module):
         read once per element instead of once per row; mask and bias must not depend on the
         row within a group. Returns the output [R, T, d].
         """
-        q = self.project_q(x, rope_positions)  # [R, T, H, D]
+        if q is None:
+            q = self.project_q(x, rope_positions)  # [R, T, H, D]
         rows, t = q.shape[:2]
         group = rows // kv[0].shape[0]
         if group > 1:  # rows b * group + j share element b's keys/values: one query block

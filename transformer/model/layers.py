@@ -7,7 +7,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from transformer.model.dropout import KeySeq, dropout
-from transformer.model.quantize import int8_matmul
 
 xavier = nnx.initializers.xavier_uniform()
 
@@ -22,14 +21,14 @@ class Dense(nnx.Module):
         self.kernel = nnx.Param(kernel)
         self.bias = nnx.Param(jnp.zeros((d_out,), jnp.float32)) if use_bias else None
         self.dtype = dtype
-        # (int8 kernel [in, out], scale [out]) set by quantize.quantize_decoder for decoding.
-        self.int8: tuple[jax.Array, jax.Array] | None = nnx.data(None)
+        # A decode-time copy of the weights (decode_weights.Projection), set for decoding by
+        # decode_weights.prepare_decoder; when set it computes the layer.
+        self.decode_projection = nnx.data(None)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        if self.int8 is not None:
-            y = int8_matmul(x, *self.int8).astype(self.dtype)
-        else:
-            y = matmul(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        if self.decode_projection is not None:
+            return self.decode_projection(x, self.dtype)
+        y = matmul(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y

@@ -3,17 +3,16 @@ activations per row at each product, both symmetric (abs-max / 127), the sum tak
 
 A decode step multiplies a few rows by every weight matrix, where XLA's CPU int8 product
 runs about twice as fast as its float32 one (benchmarks/matmul_shapes.py measures the
-shapes). `quantize_decoder(model)` gives the decoder's dense layers and the tied output
-projection int8 copies of their weights on a model merged inside the traced decode function,
-so the float32 parameters are untouched and training never sees it. The BLEU cost is a
-measured figure (docs/decoding_and_evaluation.md), not a guarantee.
+shapes). `decode_weights.prepare_decoder(model, quantize='int8')` gives the decoder's dense
+layers and the output projection int8 copies of their weights on a model merged inside the
+traced decode function, so the float32 parameters are untouched and training never sees it.
+The BLEU cost is a measured figure (docs/decoding_and_evaluation.md), not a guarantee.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 INT8_MAX = 127.0
 
@@ -40,19 +39,3 @@ def int8_matmul(x: jax.Array, w_q: jax.Array, w_scale: jax.Array) -> jax.Array:
         x_q, w_q, (((x_q.ndim - 1,), (0,)), ((), ())), preferred_element_type=jnp.int32
     )
     return acc.astype(jnp.float32) * x_scale * w_scale
-
-
-def quantize_decoder(model) -> None:
-    """Sets int8 weight copies on every dense layer of model's decoder blocks (Dense.int8)
-    and on its output projection (Transformer.int8_output), in place. Call it on a model
-    merged inside the jitted decode function, after the cross-attention keys/values are
-    computed (they then stay float32)."""
-    from transformer.model.layers import Dense
-
-    for layer in model.decoder_layers:
-        for _, module in nnx.iter_modules(layer):
-            if isinstance(module, Dense):
-                module.int8 = quantize_columns(module.kernel[...])
-    table = model.target_embedding.embedding[...] if model.output is None else None
-    kernel = table.T if table is not None else model.output.kernel[...]  # [d, V]
-    model.int8_output = quantize_columns(kernel)

@@ -20,7 +20,6 @@ from transformer.model.config import ModelConfig
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.layers import Dense, Embed, FeedForward, Norm, _dtype
 from transformer.model.position import RelativePositionBias, alibi_bias, sinusoids
-from transformer.model.quantize import int8_matmul
 
 Cache = list[dict[str, jax.Array]]  # per decoder layer: {'k', 'v'} [B, K, max_len, D]
 
@@ -88,7 +87,7 @@ class DecoderBlock(nnx.Module):
 
         def self_attend(h):
             nonlocal new_cache
-            k, v = self.self_attention.project_kv(h, ctx.rope_positions)  # [B, K, T, D]
+            q, (k, v) = self.self_attention.project_qkv(h, ctx.rope_positions)  # k, v [B, K, T, D]
             if cache is not None:
                 start = (0, 0, cache_index, 0)
                 k = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
@@ -101,6 +100,7 @@ class DecoderBlock(nnx.Module):
                 bias=ctx.bias,
                 rope_positions=ctx.rope_positions,
                 keys=keys,
+                q=q,
             )
 
         def cross_attend(h):
@@ -135,8 +135,8 @@ class Transformer(nnx.Module):
         # Set from outside (train.remat='block'): each block's activations are recomputed in
         # the backward pass instead of kept, trading compute for memory. Off: not traced.
         self.remat_blocks = False
-        # (int8 [d, V], scale [V]) copy of the output projection: quantize.quantize_decoder.
-        self.int8_output: tuple[jax.Array, jax.Array] | None = nnx.data(None)
+        # Decode-time copy of the output projection (decode_weights.prepare_decoder).
+        self.decode_output = nnx.data(None)
         enc_scale = _residual_scale(cfg, cfg.num_encoder_layers)
         dec_scale = _residual_scale(cfg, cfg.num_decoder_layers)
         self.encoder_layers = nnx.List(
@@ -329,8 +329,8 @@ class Transformer(nnx.Module):
 
     def logits(self, x: jax.Array) -> jax.Array:
         """Final projection in float32 (logits, softmax and loss stay float32 under bf16)."""
-        if self.int8_output is not None:
-            return int8_matmul(x, *self.int8_output)
+        if self.decode_output is not None:
+            return self.decode_output(x, jnp.float32)
         if self.output is None:
             return self.target_embedding.attend(x)
         return jnp.dot(x.astype(jnp.float32), self.output.kernel[...])

@@ -130,4 +130,7 @@ def _decode_section() -> ml_collections.ConfigDict:
     decode.min_len = 0
     decode.batch_size = 64  # sentences per decoding batch
     decode.quantize = "none"  # none | int8: the decoder's products in int8 (model/quantize.py)
+    # auto | in_out | out_in | none: how the decode loop's weight copies are laid out
+    # (model/decode_weights.py; auto picks by rows per product; none: no copies)
+    decode.weight_layout = "auto"
     return decode

@@ -150,12 +150,17 @@ def read_status(run: Run) -> dict:
 
 
 def write_status(run: Run, **fields) -> dict:
+    """Merges fields into the run's status.json. A write that changes nothing but the time
+    is skipped, so resuming a sweep leaves its finished runs' files as they were."""
     os.makedirs(run.workdir, exist_ok=True)
-    status = read_status(run)
-    status.update(fields, variant=run.variant, seed=run.seed, overrides=run.overrides,
-                  updated=time.time())  # fmt: skip
+    old = read_status(run)
+    status = json.loads(json.dumps({**old, **fields, "variant": run.variant, "seed": run.seed,
+                                    "overrides": run.overrides}, default=str))  # fmt: skip
+    if old and old == status:  # status holds old["updated"]: equal only if nothing changed
+        return old
+    status["updated"] = time.time()
     path = os.path.join(run.workdir, STATUS_FILE)
-    atomic_write(path, json.dumps(status, indent=2, default=str))
+    atomic_write(path, json.dumps(status, indent=2))
     return status
 
 

@@ -1,0 +1,165 @@
+"""Decode settings compared side by side: each arm's compiled decoder called in turn, round
+after round, so drift in the machine's speed falls on every arm alike.
+
+    python benchmarks/decode_ab.py --config configs/bench_base.py \
+        --arms "weight_layout=none;weight_layout=out_in" [--modes greedy,sample,beam4] \
+        [--decode_len 64] [--rounds 7] [--json]
+
+--arms lists decode-setting overrides, arms separated by ';' and fields within an arm by ','
+(for example `quantize=int8,weight_layout=in_out`); an empty arm is the config's own
+settings. For every mode (benchmarks/common's DECODE_MODES, forced to emit exactly
+--decode_len tokens per row on decode.batch_size random sources of data.max_source_len
+tokens), each arm is compiled and called once, then --rounds rounds call every arm once, in
+an order rotated each round. Figures per mode and arm: `decode_ab_call_s` (the median call
+over the rounds, with min/max) and `decode_ab_speedup`, the first arm's median over this
+arm's (above 1: faster), with `tokens_agree`, the share of output tokens equal to the first
+arm's. A one-off timing run on a machine whose speed drifts (a shared VM) can differ by 20%
+between two runs of one program; alternating arms cancels that drift, which one run per arm
+cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+from absl import flags
+from ml_collections import config_flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from transformer.cli.app import run_cli  # noqa: E402
+from transformer.common.errors import UserError  # noqa: E402
+
+try:  # run as `python benchmarks/decode_ab.py` (script dir on sys.path) or as a module
+    from benchmarks import common
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import common
+
+config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
+flags.DEFINE_string("arms", "", "Decode overrides per arm: 'a=1,b=2;a=3' (';' between arms).")
+flags.DEFINE_list("modes", ["greedy", "sample", "beam4"], "Decoding modes (DECODE_MODES).")
+flags.DEFINE_integer("decode_len", 64, "Output tokens per row.")
+flags.DEFINE_integer("rounds", 7, "Timed rounds; each calls every arm once.")
+flags.DEFINE_bool("json", False, "One JSON object per line instead of a table.")
+FLAGS = flags.FLAGS
+
+
+def parse_arms(text: str, fields: set[str]) -> list[dict]:
+    """'a=1,b=x;' -> [{'a': '1', 'b': 'x'}, {}]: raw strings, typed by `typed_overrides`."""
+    arms = []
+    for arm in text.split(";"):
+        overrides = {}
+        for item in filter(None, (part.strip() for part in arm.split(","))):
+            name, sep, value = item.partition("=")
+            if not sep or name not in fields:
+                raise UserError(f"--arms: {item!r} is not FIELD=VALUE with a decode field; "
+                                f"fields: {', '.join(sorted(fields))}")  # fmt: skip
+            overrides[name] = value
+        arms.append(overrides)
+    if len(arms) < 2:
+        raise UserError("--arms needs at least two arms separated by ';' (an empty arm is the "
+                        "config's own settings)")  # fmt: skip
+    return arms
+
+
+def typed_overrides(base, overrides: dict) -> dict:
+    """Casts each raw value to the type of the field's value in `base` (a DecodeSettings)."""
+    typed = {}
+    for name, raw in overrides.items():
+        kind = type(getattr(base, name))
+        if kind is bool:
+            typed[name] = raw.lower() in ("1", "true", "yes")
+        else:
+            try:
+                typed[name] = kind(raw)
+            except ValueError:
+                raise UserError(f"--arms: {name}={raw!r} is not a {kind.__name__}") from None
+    return typed
+
+
+def arm_label(overrides: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in overrides.items()) or "(config)"
+
+
+def build_calls(config, mode: str, length: int, arms: list[dict]):
+    """One zero-argument call per arm running its compiled decoder on the same sources and
+    parameters; each returns the output tokens [B, R, length]."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from transformer.data import EOS_ID
+    from transformer.inference.translator import DecodeSettings, Translator
+    from transformer.model.transformer import Transformer
+    from transformer.training import run_config
+
+    model_cfg = run_config.validate(config)
+    if length < 1 or length > model_cfg.max_len:
+        raise UserError(f"--decode_len must be in [1, model.max_len={model_cfg.max_len}]")
+    graphdef, params = nnx.split(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), nnx.Param)
+    rows, s_len = int(config.decode.batch_size), int(config.data.max_source_len)
+    src = jnp.asarray(common.random_sources(1, rows, s_len, model_cfg.vocab_size, EOS_ID))
+    row_ids = jnp.arange(rows, dtype=jnp.int32)
+    base = dataclasses.replace(DecodeSettings.from_config(config.decode),
+                               **common.forced_length_overrides(mode, length, rows))  # fmt: skip
+    calls = []
+    for overrides in arms:
+        settings = dataclasses.replace(base, **typed_overrides(base, overrides))
+        translator = Translator(graphdef, model_cfg, settings, None, None)
+        compiled = translator._translate_fn.lower(params, src, row_ids, max_out=length).compile()
+        calls.append(lambda c=compiled: c(params, src, row_ids)[0].block_until_ready())
+    return calls
+
+
+def interleaved_times(calls, rounds: int) -> list[list[float]]:
+    """Seconds of every call, per arm: one untimed call each, then `rounds` rotated rounds."""
+    for call in calls:
+        call()
+    times = [[] for _ in calls]
+    for r in range(rounds):
+        for i in [(r + j) % len(calls) for j in range(len(calls))]:
+            start = time.perf_counter()
+            calls[i]()
+            times[i].append(time.perf_counter() - start)
+    return times
+
+
+def main(_argv) -> None:
+    import numpy as np
+
+    from transformer.inference.translator import DecodeSettings
+
+    config = FLAGS.config
+    if config is None:
+        raise UserError("--config is required (configs/bench_base.py)")
+    unknown = sorted(set(FLAGS.modes) - set(common.DECODE_MODES))
+    if unknown or FLAGS.rounds < 1:
+        raise UserError(f"--modes: unknown {unknown} (valid: {', '.join(common.DECODE_MODES)}) "
+                        "or --rounds < 1")  # fmt: skip
+    arms = parse_arms(FLAGS.arms, {f.name for f in dataclasses.fields(DecodeSettings)})
+    common.emit("setup", 0, "-", "decode_ab", FLAGS.json, cpus=os.cpu_count(),
+                loadavg_1m=round(os.getloadavg()[0], 2), rounds=FLAGS.rounds,
+                arms=[arm_label(a) for a in arms])  # fmt: skip
+    for mode in FLAGS.modes:
+        calls = build_calls(config, mode, FLAGS.decode_len, arms)
+        outputs = [np.asarray(call()) for call in calls]
+        medians = []
+        for i, seconds in enumerate(interleaved_times(calls, FLAGS.rounds)):
+            median = float(np.median(seconds))
+            medians.append(median)
+            label = arm_label(arms[i])
+            common.emit("decode_ab_call_s", median, "s", mode, FLAGS.json, arm=label,
+                        min_s=round(min(seconds), 4), max_s=round(max(seconds), 4))  # fmt: skip
+            agree = float(np.mean(outputs[i] == outputs[0]))
+            common.emit("decode_ab_speedup", medians[0] / median, "x", mode, FLAGS.json,
+                        arm=label, tokens_agree=round(agree, 4))  # fmt: skip
+    common.emit("loadavg_end", round(os.getloadavg()[0], 2), "-", "decode_ab", FLAGS.json)
+
+
+if __name__ == "__main__":
+    run_cli(main)
