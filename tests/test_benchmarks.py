@@ -242,6 +242,7 @@ def test_matmul_shapes_reports_every_shape_and_impl():
     assert bandwidth["value"] > 0 and bandwidth["bytes"] == 32 * 2**20
 
 
+@pytest.mark.slow
 def test_decode_ab_alternates_arms_and_reports_speedups_against_the_first():
     tiny = [a for a in TINY if a not in ("--json", "--steps=2")]
     proc = run(["benchmarks/decode_ab.py", *tiny, "--json", "--modes", "greedy", "--rounds",

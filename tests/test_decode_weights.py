@@ -45,7 +45,11 @@ def _decode(graphdef, params, layout, *, cached: bool):
     return jnp.concatenate(steps, axis=1)
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize(
+    "name",  # one representative in the fast tier: GQA splits, RoPE and no biases at once
+    [pytest.param(n, marks=[] if n == "gqa_rope_nobias" else [pytest.mark.slow])
+     for n in sorted(MODELS)],
+)  # fmt: skip
 def test_every_layout_gives_the_training_layouts_logits(name):
     model = Transformer(tiny_model_config(d_model=32, **MODELS[name]), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
@@ -97,7 +101,7 @@ def test_auto_layout_picks_by_rows_per_product():
     assert resolve_layout("in_out", 1) == "in_out" and resolve_layout("out_in", 512) == "out_in"
 
 
-@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+@pytest.mark.parametrize("strategy", ["greedy", pytest.param("beam", marks=pytest.mark.slow)])
 def test_translator_tokens_do_not_depend_on_the_layout(strategy):
     model = Transformer(tiny_model_config(d_model=32), rngs=nnx.Rngs(1))
     graphdef, params = nnx.split(model)
