@@ -104,3 +104,31 @@ def test_translator_decodes_with_int8_and_rejects_unknown_modes(monkeypatch):
     assert tokens and sum(same) >= 0.5 * len(same)  # greedy paths part at the first near-tie
     with pytest.raises(UserError, match="decode.quantize 'int4'"):
         DecodeSettings(quantize="int4")
+
+
+def test_bfloat16_cache_stores_bfloat16_and_keeps_the_tokens(monkeypatch):
+    from transformer.inference import translator as translator_lib
+
+    model = Transformer(tiny_model_config(d_model=32), rngs=nnx.Rngs(1))
+    graphdef, params = nnx.split(model)
+    cache_dtypes = []  # what the decode loop's cache is made of, recorded while tracing
+    real = translator_lib.search.greedy
+
+    def greedy(fn, cache, **kw):
+        cache_dtypes.append({leaf.dtype for leaf in jax.tree.leaves(cache)})
+        return real(fn, cache, **kw)
+
+    monkeypatch.setattr(translator_lib.search, "greedy", greedy)
+    sources = [[5, 6, 7, 3], [9, 10, 3], [11, 12, 13, 14, 3]]
+    results = {}
+    for cache_dtype in ("model", "bfloat16"):
+        settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6,
+                                  cache_dtype=cache_dtype)  # fmt: skip
+        translator = Translator(graphdef, model.cfg, settings, None, None)
+        results[cache_dtype] = translator.translate_ids(params, sources)
+    assert cache_dtypes == [{jnp.dtype(jnp.float32)}, {jnp.dtype(jnp.bfloat16)}]
+    (ids, scores), (ids_bf16, scores_bf16) = results["model"], results["bfloat16"]
+    assert ids == ids_bf16  # keys/values rounded to 8 bits of mantissa: no token moves here
+    np.testing.assert_allclose(np.array(scores_bf16), np.array(scores), atol=0.02)
+    with pytest.raises(UserError, match="decode.cache_dtype 'int8'"):
+        DecodeSettings(cache_dtype="int8")

@@ -27,6 +27,9 @@ from transformer.model.decode_weights import LAYOUTS, prepare_decoder, resolve_l
 
 STRATEGIES = ("greedy", "sample", "beam")
 QUANTIZE = ("none", "int8")  # decode.quantize: int8 = transformer.model.quantize
+# decode.cache_dtype: the self-attention cache and cross-attention keys/values as stored
+# ('model': model.dtype); attention computes in model.dtype either way.
+CACHE_DTYPES = ("model", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +51,7 @@ class DecodeSettings:
     batch_size: int = 64
     quantize: str = "none"
     weight_layout: str = "auto"
+    cache_dtype: str = "model"
 
     def __post_init__(self):
         checks = [
@@ -73,6 +77,11 @@ class DecodeSettings:
                 self.weight_layout in LAYOUTS,
                 f"unknown decode.weight_layout {self.weight_layout!r}; valid: "
                 + ", ".join(LAYOUTS),
+            ),
+            (
+                self.cache_dtype in CACHE_DTYPES,
+                f"unknown decode.cache_dtype {self.cache_dtype!r}; valid: "
+                + ", ".join(CACHE_DTYPES),
             ),
             (self.min_len >= 0, f"decode.min_len must be >= 0, got {self.min_len}"),
             (
@@ -131,6 +140,10 @@ class Translator:
 
     # ------------------------------------------------------------------------- compiled core
 
+    @property
+    def _cache_dtype(self):
+        return jnp.bfloat16 if self.settings.cache_dtype == "bfloat16" else None
+
     @functools.cached_property
     def _translate_fn(self):
         return jax.jit(self._translate_batch, static_argnames=("max_out",))
@@ -144,6 +157,8 @@ class Translator:
         model = nnx.merge(self.graphdef, params)
         src_segments = (src != PAD_ID).astype(jnp.int32)
         cross_kv = model.cross_kv(model.encode(src, src_segments=src_segments))
+        if s.cache_dtype == "bfloat16":
+            cross_kv = jax.tree.map(lambda a: a.astype(jnp.bfloat16), cross_kv)
         # The decoder loop's weights in the layout its row count multiplies fastest (int8 if
         # asked); the encoder and the cross-attention keys/values above keep the parameters.
         rows = src.shape[0] * (s.beam_size if s.strategy == "beam" else s.num_samples
@@ -160,7 +175,7 @@ class Translator:
         b, beam = src_segments.shape[0], s.beam_size
         out = beam_search(
             _decoder_step(model, cross_kv, src_segments),  # per source: shared by its beams
-            model.init_cache(b * beam, max_out),
+            model.init_cache(b * beam, max_out, self._cache_dtype),
             batch_size=b,
             beam_size=beam,
             max_len=max_out,
@@ -176,7 +191,7 @@ class Translator:
         b = src_segments.shape[0]
         reps = s.num_samples if s.strategy == "sample" else 1
         callback = _decoder_step(model, cross_kv, src_segments)  # shared by a source's samples
-        cache = model.init_cache(b * reps, max_out)
+        cache = model.init_cache(b * reps, max_out, self._cache_dtype)
         row_max = search.expand_to_beams(max_lens, reps)
         if s.strategy == "greedy":
             out = search.greedy(

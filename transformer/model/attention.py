@@ -39,6 +39,7 @@ def attend(
     b, t, h, d = q.shape
     kv = k.shape[1]
     g = h // kv
+    k, v = k.astype(q.dtype), v.astype(q.dtype)  # a narrower cache is read, computed as q
     q = q.reshape(b, t, kv, g, d) * jnp.asarray(d**-0.5, q.dtype)
     scores = jnp.einsum("btkgd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
     scores = scores.reshape(b, h, t, -1)  # [B, H, T, S]
@@ -63,7 +64,7 @@ def attend_fused(
     """`attend` by jax.nn.dot_product_attention ('xla' or 'cudnn'): same shapes in, the
     output [B, T, H, D] only (the fused kernels keep no probabilities)."""
     t, s = q.shape[1], k.shape[2]
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, S, K, D], its layout
+    k, v = (a.astype(q.dtype).transpose(0, 2, 1, 3) for a in (k, v))  # [B, S, K, D]
     # cuDNN takes masks and biases as [B|1, H|1, T, S] only; broadcasting here costs XLA nothing.
     if mask is not None:
         mask = jnp.broadcast_to(mask, (*mask.shape[:2], t, s))

@@ -335,11 +335,12 @@ class Transformer(nnx.Module):
             return self.target_embedding.attend(x)
         return jnp.dot(x.astype(jnp.float32), self.output.kernel[...])
 
-    def init_cache(self, batch_size: int, max_len: int | None = None) -> Cache:
-        """Zeroed self-attention KV cache: per layer {'k', 'v'} [B, K, max_len, D]."""
+    def init_cache(self, batch_size: int, max_len: int | None = None, dtype=None) -> Cache:
+        """Zeroed self-attention KV cache: per layer {'k', 'v'} [B, K, max_len, D], in dtype
+        (default: the compute dtype)."""
         cfg = self.cfg
         shape = (batch_size, cfg.kv_heads, max_len or cfg.max_len, cfg.head_dim)
-        zeros = jnp.zeros(shape, _dtype(cfg))
+        zeros = jnp.zeros(shape, dtype or _dtype(cfg))
         return [{"k": zeros, "v": zeros} for _ in range(cfg.num_decoder_layers)]
 
     # ------------------------------------------------------------------------------- forward

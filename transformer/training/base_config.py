@@ -133,4 +133,6 @@ def _decode_section() -> ml_collections.ConfigDict:
     # auto | in_out | out_in | none: how the decode loop's weight copies are laid out
     # (model/decode_weights.py; auto picks by rows per product; none: no copies)
     decode.weight_layout = "auto"
+    # model | bfloat16: the KV cache and cross-attention keys/values as stored while decoding
+    decode.cache_dtype = "model"
     return decode
