@@ -37,9 +37,11 @@ from transformer.common.errors import UserError  # noqa: E402
 
 try:  # run as `python benchmarks/decode_ab.py` (script dir on sys.path) or as a module
     from benchmarks import common
+    from benchmarks.decode_setup import decode_setup
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import common
+    from decode_setup import decode_setup
 
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
 flags.DEFINE_string("arms", "", "Decode overrides per arm: 'a=1,b=2;a=3' (';' between arms).")
@@ -90,29 +92,14 @@ def arm_label(overrides: dict) -> str:
 def build_calls(config, mode: str, length: int, arms: list[dict]):
     """One zero-argument call per arm running its compiled decoder on the same sources and
     parameters; each returns the output tokens [B, R, length]."""
-    import jax.numpy as jnp
-    from flax import nnx
-
-    from transformer.data import EOS_ID
-    from transformer.inference.translator import DecodeSettings, Translator
-    from transformer.model.transformer import Transformer
-    from transformer.training import run_config
-
-    model_cfg = run_config.validate(config)
-    if length < 1 or length > model_cfg.max_len:
-        raise UserError(f"--decode_len must be in [1, model.max_len={model_cfg.max_len}]")
-    graphdef, params = nnx.split(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), nnx.Param)
-    rows, s_len = int(config.decode.batch_size), int(config.data.max_source_len)
-    src = jnp.asarray(common.random_sources(1, rows, s_len, model_cfg.vocab_size, EOS_ID))
-    row_ids = jnp.arange(rows, dtype=jnp.int32)
-    base = dataclasses.replace(DecodeSettings.from_config(config.decode),
-                               **common.forced_length_overrides(mode, length, rows))  # fmt: skip
+    setup = decode_setup(config, mode, length, common)
     calls = []
     for overrides in arms:
-        settings = dataclasses.replace(base, **typed_overrides(base, overrides))
-        translator = Translator(graphdef, model_cfg, settings, None, None)
-        compiled = translator._translate_fn.lower(params, src, row_ids, max_out=length).compile()
-        calls.append(lambda c=compiled: c(params, src, row_ids)[0].block_until_ready())
+        settings = dataclasses.replace(setup.settings,
+                                       **typed_overrides(setup.settings, overrides))  # fmt: skip
+        compiled = setup.compile(settings)
+        calls.append(lambda c=compiled: c(setup.params, setup.src, setup.row_ids)[0]
+                     .block_until_ready())  # fmt: skip
     return calls
 
 

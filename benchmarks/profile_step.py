@@ -44,9 +44,11 @@ from transformer.common.errors import UserError  # noqa: E402
 
 try:  # run as `python benchmarks/profile_step.py` (script dir on sys.path) or as a module
     from benchmarks import common
+    from benchmarks.decode_setup import decode_setup
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import common
+    from decode_setup import decode_setup
 
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
 flags.DEFINE_enum("what", "train", ["train", *common.DECODE_MODES], "What to profile.")
@@ -94,30 +96,9 @@ def build_step(config):
 def build_decode(config, mode: str, length: int):
     """(call, compiled HLO text): `call()` decodes decode.batch_size random sources of
     data.max_source_len tokens with the `mode` settings, exactly `length` tokens per row."""
-    import dataclasses
-
-    import jax.numpy as jnp
-    from flax import nnx
-
-    from transformer.data import EOS_ID
-    from transformer.inference.translator import DecodeSettings, Translator
-    from transformer.model.transformer import Transformer
-    from transformer.training import run_config
-
-    model_cfg = run_config.validate(config)
-    if length < 1 or length > model_cfg.max_len:
-        raise UserError(f"--decode_len must be in [1, model.max_len={model_cfg.max_len}]")
-    graphdef, params = nnx.split(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), nnx.Param)
-    rows, s_len = int(config.decode.batch_size), int(config.data.max_source_len)
-    src = jnp.asarray(common.random_sources(1, rows, s_len, model_cfg.vocab_size, EOS_ID))
-    row_ids = jnp.arange(rows, dtype=jnp.int32)
-    settings = dataclasses.replace(
-        DecodeSettings.from_config(config.decode),
-        **common.forced_length_overrides(mode, length, rows),
-    )
-    translator = Translator(graphdef, model_cfg, settings, None, None)
-    compiled = translator._translate_fn.lower(params, src, row_ids, max_out=length).compile()
-    return (lambda: compiled(params, src, row_ids)), compiled.as_text()
+    setup = decode_setup(config, mode, length, common)
+    compiled = setup.compile()
+    return (lambda: compiled(setup.params, setup.src, setup.row_ids)), compiled.as_text()
 
 
 def op_table(hlo_text: str) -> dict[str, tuple[str, str, str, bool]]:
