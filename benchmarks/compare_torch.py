@@ -47,6 +47,7 @@ except ImportError:
     from common import emit, median_time, peak_rss_mib
     from marian_weights import marian_config
 
+from transformer.common.machine import describe_machine  # noqa: E402
 from transformer.common.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID  # noqa: E402
 
 IMPL = "torch-marian"
@@ -290,6 +291,7 @@ def main(argv=None) -> int:
         "threads": threads,
         "interop_threads": torch.get_num_interop_threads(),
         "cpus": os.cpu_count(),
+        "machine": describe_machine("torch-cpu"),
         "params": params,
         "attn": model.config._attn_implementation,
         "loadavg_1m": round(os.getloadavg()[0], 2),

@@ -67,6 +67,7 @@ except ImportError:
     from common import emit, median_time, peak_rss_mib
 
 from transformer.common.errors import UserError, report_user_error  # noqa: E402
+from transformer.common.machine import describe_machine  # noqa: E402
 from transformer.common.special_ids import PAD_ID  # noqa: E402
 
 OURS, PEER = "jax-transformer", "torch-marian"
@@ -266,7 +267,8 @@ def setup_info(run, hf, corpus: Corpus, load_before: float) -> dict:
 
     s = run.translator.settings
     return {
-        "cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend(),
+        "cpus": os.cpu_count(), "machine": describe_machine(jax.default_backend()),
+        "jax": jax.__version__, "backend": jax.default_backend(),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(), "attn": hf.config._attn_implementation,
         "params": sum(p.numel() for p in hf.parameters()), "dtype": run.model_cfg.dtype,

@@ -91,6 +91,7 @@ from ml_collections import config_flags  # noqa: E402
 
 from transformer.cli.app import load_config_flag, run_cli  # noqa: E402
 from transformer.common.errors import UserError  # noqa: E402
+from transformer.common.machine import describe_machine  # noqa: E402
 
 try:  # run as `python benchmarks/throughput.py` (script dir on sys.path) or as a module
     from benchmarks import common
@@ -143,6 +144,7 @@ def _setup_info(config, model_cfg) -> dict:
     device = jax.devices()[0]
     return {
         "cpus": os.cpu_count(),
+        "machine": describe_machine(jax.default_backend()),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "backend": jax.default_backend(),

@@ -10,7 +10,7 @@ import pytest
 
 from transformer.common.errors import UserError
 from transformer.research import sweep as sw
-from transformer.research.sweep.lr_grid import choose
+from transformer.research.sweep.lr_grid import Choice, GridPoint, choose
 from transformer.research.sweep.results import aggregate, write_report
 from transformer.research.sweep.runs import Run
 
@@ -161,7 +161,9 @@ def test_report_has_the_grid_columns_table_csv_and_plot(tmp_path):
     md = (tmp_path / "report" / "results.md").read_text()
     assert "| lr (best on valid) | valid-loss spread over lr grid |" in md
     base_row = next(line for line in md.splitlines() if line.startswith("| base |"))
-    assert "| 0.002 (x2) | 0.550 |" in base_row  # means 2.1, 1.85, 1.55
+    assert "| 0.002 (x2, top of grid) | 0.550 |" in base_row  # means 2.1, 1.85, 1.55
+    alt_row = next(line for line in md.splitlines() if line.startswith("| alt |"))
+    assert "(x0.5, bottom of grid)" in alt_row  # x2 diverged, yet x0.5 is still the edge
     grid_row = [line for line in md.splitlines() if line.startswith("| base | ")][-1]
     assert "**1.550 ± 0.071**" in grid_row  # the grid table, chosen point in bold
     with open(tmp_path / "report" / "lr_grid.csv") as f:
@@ -172,3 +174,52 @@ def test_report_has_the_grid_columns_table_csv_and_plot(tmp_path):
     assert os.path.getsize(tmp_path / "report" / "lr_valid_loss.png") > 1000
     with open(tmp_path / "report" / "runs.csv") as f:
         assert sum(r["reported"] == "True" for r in csv.DictReader(f)) == 4
+
+
+@pytest.mark.parametrize(
+    "losses, edge",
+    [((2.0, 1.5, 1.7), None), ((2.0, 1.7, 1.5), "top"), ((1.5, 1.7, 2.0), "bottom")],
+)
+def test_a_choice_at_the_grids_largest_or_smallest_scale_is_flagged(losses, edge):
+    per_run = [
+        {"variant": "v", "lr_scale": scale, "learning_rate": 1e-3 * scale, "status": "done",
+         "final_valid_loss": loss, "bleu": 1.0}
+        for scale, loss in zip((0.5, 1.0, 2.0), losses, strict=True)
+    ]  # fmt: skip
+    choice = choose({"v": [0.5, 1.0, 2.0]}, per_run)["v"]
+    assert choice.scale == (0.5, 1.0, 2.0)[losses.index(min(losses))]
+    assert choice.edge == edge
+    unfinished = Choice(scale=1.0, points=[GridPoint(1.0, 1e-3, 1, 0, 0, None, None, None)])
+    assert unfinished.edge is None
+
+
+def test_variants_without_a_grid_meet_the_baseline_at_its_configured_rate(tmp_path):
+    """The baseline's grid chooses x2; a variant with no grid of its own (run at x1) must be
+    compared with the baseline's x1 runs, not its tuned x2 ones; a finished-grid variant
+    meets the baseline's best."""
+    from transformer.scoring import significance
+
+    sweep, runs, _ = _study(tmp_path)
+    refs = (tmp_path / "base" / "x1" / "0" / "eval" / "test.ref.txt").read_text().splitlines()
+    plain_hyps = {0: refs[:15] + ["der Hund"] * 15, 1: refs[:20] + ["die Katze"] * 10}
+    for seed, hyps in plain_hyps.items():
+        runs.append(_run(tmp_path, "plain", 1.0, seed, valid_loss=1.7, hyps=hyps, refs=refs))
+    sweep.variants = {**sweep.variants, "plain": {"model.activation": "gelu"}}
+    table, _ = aggregate(sweep, runs)
+    rows = {r["variant"]: r for r in table}
+    assert rows["base"]["lr_scale"] == 2.0
+    assert rows["plain"]["versus_baseline_lr_scale"] == 1.0
+    assert rows["alt"]["versus_baseline_lr_scale"] == 2.0  # best (x0.5) against best (x2)
+
+    def hyps(variant, scale, seed):
+        path = tmp_path / variant / f"x{scale:g}" / str(seed) / "eval" / "test.hyp.txt"
+        return path.read_text().splitlines()
+
+    pairs = {s: (hyps("base", 1.0, s), plain_hyps[s]) for s in (0, 1)}
+    expected = significance.paired_bootstrap(*significance.pool_seeds(pairs, refs))
+    assert rows["plain"]["bleu_delta"] == pytest.approx(expected["BLEU"].difference)
+    write_report(sweep, runs, str(tmp_path / "report"))
+    md = (tmp_path / "report" / "results.md").read_text()
+    plain_row = next(line for line in md.splitlines() if line.startswith("| plain |"))
+    alt_row = next(line for line in md.splitlines() if line.startswith("| alt |"))
+    assert " vs x1 |" in plain_row and " vs x" not in alt_row

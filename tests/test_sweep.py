@@ -316,3 +316,12 @@ def test_a_run_kept_without_references_takes_them_from_references_file(tmp_path)
     sweep.references = str(full)
     rows = {r["variant"]: r for r in aggregate(sweep, runs)[0]}
     assert rows["alt"]["bleu_delta"] == with_files["alt"]["bleu_delta"] > 0
+
+
+def test_plot_lines_of_up_to_30_variants_all_look_different():
+    from transformer.research.sweep.plots import line_style
+
+    styles = {tuple(sorted(line_style(i).items())) for i in range(30)}
+    assert len(styles) == 30
+    assert line_style(0)["color"] == line_style(10)["color"]  # same colour, other style
+    assert line_style(0)["linestyle"] != line_style(10)["linestyle"]

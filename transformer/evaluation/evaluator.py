@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import time
 
 import jax
 
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
+from transformer.common.machine import describe_machine
 from transformer.evaluation import reference_scores
 from transformer.evaluation.restore import RestoredRun, restore_run
 from transformer.scoring import length_buckets
@@ -133,7 +133,7 @@ def _record(
         "direction": _direction(run.config),
         "config_name": os.path.basename(os.path.normpath(workdir)),
         "train_time_s": _train_time(workdir),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPU cores, {jax.default_backend()}",
+        "machine": describe_machine(jax.default_backend()),
     }
 
 

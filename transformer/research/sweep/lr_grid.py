@@ -107,6 +107,15 @@ class Choice:
     def learning_rate(self) -> float | None:
         return next(p.learning_rate for p in self.points if p.scale == self.scale)
 
+    @property
+    def edge(self) -> str | None:
+        """'top' or 'bottom' where a finished grid chose its largest or smallest scale: the
+        validation loss was still falling there, so the best rate may lie past the grid."""
+        if not self.complete or not any(p.eligible for p in self.points):
+            return None
+        scales = [p.scale for p in self.points]
+        return {max(scales): "top", min(scales): "bottom"}.get(self.scale)
+
 
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
@@ -153,7 +162,12 @@ CSV_COLUMNS = ["variant", "lr_scale", "learning_rate", "runs", "done", "diverged
 NOTE = (
     "lr (best on valid): each grid variant at the multiple of its learning rate whose final "
     "validation loss, mean over seeds, is lowest (test BLEU plays no part); the spread is the "
-    "max - min of those means over the grid's non-diverged points. Grid table: "
+    "max - min of those means over the grid's non-diverged points. A choice at the grid's "
+    "top or bottom scale means validation loss was still falling there: the best learning "
+    "rate may lie outside the grid. ΔBLEU: a variant at the best point of its own finished "
+    "grid meets the baseline at the baseline's best point; every other variant meets the "
+    "baseline at the configured rate, x1 (named in the cell where the baseline's row shows "
+    "another), so that one factor changes at a time. Grid table: "
     "`lr_grid.csv`; plot: `lr_valid_loss.png`."
 )
 

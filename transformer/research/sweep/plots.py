@@ -20,6 +20,19 @@ def _pyplot():
     return plt
 
 
+_COLOURS = 10  # matplotlib's default cycle, C0-C9
+_LINESTYLES = ("-", "--", ":")
+_MARKERS = ("o", "s", "^")
+
+
+def line_style(index: int) -> dict:
+    """Colour, line style and marker of the index-th variant's line: past the ten colours
+    the style and marker change, so that no two of up to 30 variants look alike."""
+    turn = index // _COLOURS % len(_LINESTYLES)
+    return {"color": f"C{index % _COLOURS}", "linestyle": _LINESTYLES[turn],
+            "marker": _MARKERS[turn]}  # fmt: skip
+
+
 def _save(plt, fig, ax, path: str) -> None:
     """Grid, a legend when there are labelled lines, and the PNG at path."""
     ax.grid(alpha=0.3)
@@ -36,13 +49,13 @@ def plot_valid_loss(sweep: Sweep, per_run: list[dict], workdir: str) -> None:
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name in sweep.variants:
+    for i, name in enumerate(sweep.variants):
         curves = [dict(r["curve"]) for r in per_run if r["variant"] == name and r["curve"]]
         if not curves:
             continue
         steps = sorted(set().union(*curves))
         mean = [np.nanmean([c.get(s, np.nan) for c in curves]) for s in steps]
-        ax.plot(steps, mean, marker="o", markersize=3, label=name)
+        ax.plot(steps, mean, markersize=3, label=name, **line_style(i))
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (NLL)")
     ax.set_title("Validation loss (mean over seeds)")
@@ -77,7 +90,7 @@ def plot_length_curves(sweep: Sweep, per_run: list[dict], workdir: str) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     labels: list[str] = []
-    for name in sweep.variants:
+    for i, name in enumerate(sweep.variants):
         runs = [
             r["length_buckets"] for r in per_run if r["variant"] == name and r["length_buckets"]
         ]
@@ -88,7 +101,7 @@ def plot_length_curves(sweep: Sweep, per_run: list[dict], workdir: str) -> None:
         with warnings.catch_warnings():  # a bucket empty in every seed stays a gap
             warnings.simplefilter("ignore", RuntimeWarning)
             mean = np.nanmean(bleu, axis=0)
-        ax.plot(range(len(labels)), mean, marker="o", label=name)
+        ax.plot(range(len(labels)), mean, label=name, **line_style(i))
     ax.set_xticks(range(len(labels)), labels)
     ax.set_xlabel("source tokens (EOS included)")
     ax.set_ylabel(f"{sweep.eval_split} BLEU")

@@ -20,9 +20,10 @@ from transformer.scoring.significance import t_interval
 VERSUS = [f"{m}_{k}" for m in ("bleu", "chrf")
           for k in ("delta", "delta_low", "delta_high", "p", "p_holm", "significant")]  # fmt: skip
 TABLE_COLUMNS = ["variant", "overrides", "runs", "done", "bleu_mean", "bleu_std", "bleu_tci",
-                 "chrf_mean", *VERSUS, "longer_bleu_mean", "longer_bleu_std", "longer_sentences",
+                 "chrf_mean", *VERSUS, "versus_baseline_lr_scale", "longer_bleu_mean",
+                 "longer_bleu_std", "longer_sentences",
                  "best_valid_loss", "test_perplexity", "learning_rate", "lr_scale",
-                 "lr_sensitivity", "lr_grid_complete", "params", "flops_per_token",
+                 "lr_sensitivity", "lr_grid_complete", "lr_grid_edge", "params", "flops_per_token",
                  "tokens_per_s", "wall_s", "diverged", "failed"]  # fmt: skip
 RUN_COLUMNS = ["variant", "seed", "lr_scale", "learning_rate", "reported", "status", "bleu",
                "chrf", "bleu_delta", "bleu_p", "longer_bleu", "best_valid_loss",
@@ -85,8 +86,8 @@ def _std(values):
 def _versus_columns(comparison: dict | None) -> dict:
     """The table's pooled difference to the baseline, its interval and (Holm) p-values."""
     if comparison is None:
-        return dict.fromkeys(VERSUS)
-    out = {}
+        return dict.fromkeys([*VERSUS, "versus_baseline_lr_scale"])
+    out = {"versus_baseline_lr_scale": comparison["baseline_scale"]}
     for metric in ("BLEU", "chrF"):
         d, key = comparison["pooled"][metric], metric.lower()
         out.update({f"{key}_delta": d.difference, f"{key}_delta_low": d.interval[0],
@@ -115,9 +116,20 @@ def _seed_interval(values) -> float | None:
 def _lr_columns(choice: lr_grid.Choice | None, run: Run | None) -> dict:
     if choice is None:
         return {"learning_rate": run.learning_rate if run else None, "lr_scale": 1.0,
-                "lr_sensitivity": None, "lr_grid_complete": None}  # fmt: skip
+                "lr_sensitivity": None, "lr_grid_complete": None, "lr_grid_edge": None}  # fmt: skip
     return {"learning_rate": choice.learning_rate, "lr_scale": choice.scale,
-            "lr_sensitivity": choice.sensitivity, "lr_grid_complete": choice.complete}  # fmt: skip
+            "lr_sensitivity": choice.sensitivity, "lr_grid_complete": choice.complete,
+            "lr_grid_edge": choice.edge}  # fmt: skip
+
+
+def _reference_scales(sweep: Sweep, choices: dict[str, lr_grid.Choice]) -> dict[str, float]:
+    """The baseline's learning-rate scale each variant is compared with: the baseline's
+    chosen point for a variant whose own grid has finished (best against best), 1.0 (the
+    configured rate on both sides) for every other."""
+    base = choices.get(sweep.baseline)
+    best = base.scale if base is not None else 1.0
+    return {name: best if name in choices and choices[name].complete else 1.0
+            for name in sweep.variants}  # fmt: skip
 
 
 def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
@@ -131,7 +143,8 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
 
     for r in per_run:  # the runs at each variant's chosen learning rate make its table row
         r["reported"] = chosen(r["variant"], r["lr_scale"])
-    comparisons = versus_baseline(sweep, [r for r in runs if chosen(r.variant, r.lr_scale)])
+    scales = {name: c.scale for name, c in choices.items()}
+    comparisons = versus_baseline(sweep, runs, scales, _reference_scales(sweep, choices))
     _per_seed_versus(per_run, comparisons)
     table = []
     for name in sweep.variants:
@@ -256,9 +269,10 @@ def _markdown_table(sweep: Sweep, table: list[dict]) -> list[str]:
         + ("---|---|" if grid else "")
         + "---|---|---|---|---|---|---|---|",
     ]
+    baseline_scale = next((r["lr_scale"] for r in table if r["variant"] == sweep.baseline), 1.0)
     for row in table:
         bleu = _mean_std(row["bleu_mean"], row["bleu_tci"])
-        delta, p_cell = _versus_cells(row, sweep.baseline)
+        delta, p_cell = _versus_cells(row, sweep.baseline, baseline_scale)
         longer_cell = ""
         if longer:
             longer_cell = f" {_mean_std(row['longer_bleu_mean'], row['longer_bleu_std'])} |"
@@ -277,28 +291,34 @@ def _markdown_table(sweep: Sweep, table: list[dict]) -> list[str]:
 
 
 def _lr_cells(row: dict, sweep: Sweep) -> str:
-    """' 0.004 (x2) | 0.153 |': the chosen learning rate and its grid's sensitivity."""
+    """' 0.004 (x2, top of grid) | 0.153 |': the chosen learning rate (flagged where it is
+    the grid's largest or smallest) and its grid's sensitivity."""
     lr = _fmt(row["learning_rate"], "{:g}")
     if row["variant"] not in sweep.lr_grid:
         return f" {lr} | |"
     if not row["lr_grid_complete"]:
         return f" {lr} (x1, grid incomplete) | |"
     spread = _fmt(row["lr_sensitivity"], "{:.3f}")
-    return f" {lr} ({lr_grid.scale_label(row['lr_scale'])}) | {spread} |"
+    edge = f", {row['lr_grid_edge']} of grid" if row["lr_grid_edge"] else ""
+    return f" {lr} ({lr_grid.scale_label(row['lr_scale'])}{edge}) | {spread} |"
 
 
 def _mflops(flops: float | None) -> str:
     return "" if flops is None else f"{flops / 1e6:.2f}"
 
 
-def _versus_cells(row: dict, baseline: str) -> tuple[str, str]:
-    """'+1.07 [+0.21, +1.90]' and '0.004 (0.012) *' (* = significant after Holm)."""
+def _versus_cells(row: dict, baseline: str, baseline_scale: float) -> tuple[str, str]:
+    """'+1.07 [+0.21, +1.90]' and '0.004 (0.012) *' (* = significant after Holm); the
+    difference names the baseline's learning-rate scale where it is not the one the
+    baseline's own row shows ('+1.07 [+0.21, +1.90] vs x1')."""
     if row["variant"] == baseline:
         return "baseline", ""
     if row["bleu_delta"] is None:
         return "", ""
     delta = (f"{row['bleu_delta']:+.2f} [{row['bleu_delta_low']:+.2f}, "
              f"{row['bleu_delta_high']:+.2f}]")  # fmt: skip
+    if row["versus_baseline_lr_scale"] != baseline_scale:
+        delta += f" vs {lr_grid.scale_label(row['versus_baseline_lr_scale'])}"
     star = " *" if row["bleu_significant"] else ""
     return delta, f"{row['bleu_p']:.3f} ({row['bleu_p_holm']:.3f}){star}"
 

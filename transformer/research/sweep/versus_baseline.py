@@ -7,11 +7,18 @@ the hypotheses of matching seeds are concatenated (the references repeated), so 
 covers both the test set's sampling noise and the seeds'. The pooled p-values are then
 Holm-corrected over the variants (BLEU and chrF separately): `significant` marks the
 differences that stay below 0.05 after the correction.
+
+Which baseline runs a variant meets depends on its learning rate. A variant reported at the
+best point of its own finished learning-rate grid meets the baseline at the baseline's best
+point (best against best); every other variant runs at its configured rate and meets the
+baseline at its configured rate (scale 1), so that one factor changes at a time and a
+baseline tuned by its grid never stands against untuned variants.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from transformer.common.errors import UserError
 from transformer.research.sweep.runs import Run, is_finished
@@ -26,8 +33,9 @@ def _texts(run: Run, kind: str) -> list[str]:
     return metrics_lib.read_lines(os.path.join(run.workdir, "eval", f"{run.eval_split}.{kind}.txt"))
 
 
-def _finished(runs: list[Run], variant: str) -> dict[int, Run]:
-    return {r.seed: r for r in runs if r.variant == variant and is_finished(r)}
+def _finished(runs: list[Run], variant: str, scale: float) -> dict[int, Run]:
+    return {r.seed: r for r in runs
+            if r.variant == variant and r.lr_scale == scale and is_finished(r)}  # fmt: skip
 
 
 def _references(run: Run, fallback: str | None, count: int) -> list[str]:
@@ -58,17 +66,22 @@ def _compare(baseline: dict[int, Run], variant: dict[int, Run], fallback: str | 
     return {"seeds": seeds, "per_seed": per_seed, "pooled": pooled}
 
 
-def versus_baseline(sweep: Sweep, runs: list[Run]) -> dict[str, dict]:
-    """{variant: {'seeds', 'per_seed': {seed: {metric: PairedDifference}}, 'pooled': {...},
-    'holm': {metric: adjusted p}, 'significant': {metric: bool}}} for the variants other
-    than the baseline that share a finished seed with it."""
-    baseline = _finished(runs, sweep.baseline)
+def versus_baseline(sweep: Sweep, runs: list[Run], scales: Mapping[str, float],
+                    reference_scales: Mapping[str, float]) -> dict[str, dict]:  # fmt: skip
+    """{variant: {'seeds', 'baseline_scale', 'per_seed': {seed: {metric: PairedDifference}},
+    'pooled': {...}, 'holm': {metric: adjusted p}, 'significant': {metric: bool}}} for the
+    variants other than the baseline that share a finished seed with it. `scales[v]` is the
+    learning-rate scale variant v is reported at; `reference_scales[v]` the baseline's scale
+    it is compared with (1.0 where absent)."""
     out = {}
     for name in sweep.variants:
-        if name != sweep.baseline:
-            result = _compare(baseline, _finished(runs, name), sweep.references)
-            if result is not None:
-                out[name] = result
+        if name == sweep.baseline:
+            continue
+        reference = reference_scales.get(name, 1.0)
+        own = _finished(runs, name, scales.get(name, 1.0))
+        result = _compare(_finished(runs, sweep.baseline, reference), own, sweep.references)
+        if result is not None:
+            out[name] = {**result, "baseline_scale": reference}
     for metric in significance.METRICS:
         adjusted = significance.holm({n: r["pooled"][metric].p_value for n, r in out.items()})
         for name, p in adjusted.items():
