@@ -31,28 +31,29 @@ keep d_ff in their raw arm, so they have ~50% more FFN parameters; their `_match
 solves d_ff so that the parameter count equals the baseline's within 1%.
 """
 
+# A plain dict keeps the variants in this order (a ConfigDict would sort them).
+VARIANTS = {
+    "baseline": {},
+    # Normalisation position x warmup.
+    "pre_ln_no_warmup": {"train.warmup_steps": 0},
+    "post_ln": {"model.norm_position": "post"},
+    "post_ln_no_warmup": {"model.norm_position": "post", "train.warmup_steps": 0},
+    # FFN activation (baseline: relu).
+    "gelu_tanh": {"model.activation": "gelu_tanh"},
+    "swiglu": {"model.activation": "swiglu"},
+    "geglu": {"model.activation": "geglu"},
+    # Positions (baseline: sinusoidal).
+    "pos_learned": {"model.position": "learned"},
+    "pos_rope": {"model.position": "rope"},
+    "pos_alibi": {"model.position": "alibi"},
+    "pos_relative": {"model.position": "relative"},
+    # Heads at fixed d_model 128 (baseline: 4 heads of 32).
+    "heads_1": {"model.num_heads": 1},
+    "heads_8": {"model.num_heads": 8},
+}
+
 
 def get_config():
-    variants = {
-        "baseline": {},
-        # Normalisation position x warmup.
-        "pre_ln_no_warmup": {"train.warmup_steps": 0},
-        "post_ln": {"model.norm_position": "post"},
-        "post_ln_no_warmup": {"model.norm_position": "post", "train.warmup_steps": 0},
-        # FFN activation (baseline: relu).
-        "gelu_tanh": {"model.activation": "gelu_tanh"},
-        "swiglu": {"model.activation": "swiglu"},
-        "geglu": {"model.activation": "geglu"},
-        # Positions (baseline: sinusoidal).
-        "pos_learned": {"model.position": "learned"},
-        "pos_rope": {"model.position": "rope"},
-        "pos_alibi": {"model.position": "alibi"},
-        "pos_relative": {"model.position": "relative"},
-        # Heads at fixed d_model 128 (baseline: 4 heads of 32).
-        "heads_1": {"model.num_heads": 1},
-        "heads_8": {"model.num_heads": 8},
-    }
-    # A plain dict keeps the variants in this order (a ConfigDict would sort them).
     return {
         "base": "configs/multi30k.py",
         "overrides": {
@@ -63,6 +64,11 @@ def get_config():
             "model.num_decoder_layers": 2,
             "model.d_model": 128,
             "model.d_ff": 512,
+            # The baseline's architecture, stated so that the recipe's own choices (RoPE) do
+            # not move it: Pre-LN, ReLU, sinusoidal positions.
+            "model.norm_position": "pre",
+            "model.activation": "relu",
+            "model.position": "sinusoidal",
             "model.dropout_rate": 0.1,
             "train.batch_size": 64,  # packed rows of 20 + 20 tokens: ~950 target tokens
             "train.num_steps": 600,
@@ -74,7 +80,7 @@ def get_config():
             "train.checkpoint_every": 600,
             "train.keep_checkpoints": 1,
         },
-        "variants": variants,
+        "variants": VARIANTS,
         "matched": {
             name + "_matched": {"variant": name, "match": "params", "solve": "model.d_ff"}
             for name in ("swiglu", "geglu")
