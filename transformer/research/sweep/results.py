@@ -137,13 +137,13 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
     run, every grid point included)."""
     per_run = [_run_summary(r) for r in runs]
     choices = lr_grid.choose(sweep.lr_grid, per_run)
+    scales = {name: c.scale for name, c in choices.items()}  # variants without a grid: 1.0
 
     def chosen(variant: str, scale: float) -> bool:
-        return scale == (choices[variant].scale if variant in choices else 1.0)
+        return scale == scales.get(variant, 1.0)
 
     for r in per_run:  # the runs at each variant's chosen learning rate make its table row
         r["reported"] = chosen(r["variant"], r["lr_scale"])
-    scales = {name: c.scale for name, c in choices.items()}
     comparisons = versus_baseline(sweep, runs, scales, _reference_scales(sweep, choices))
     _per_seed_versus(per_run, comparisons)
     table = []
