@@ -40,11 +40,11 @@ import time
 from pathlib import Path
 
 try:  # run as `python benchmarks/compare_torch.py` (script dir on sys.path) or as a module
-    from benchmarks.common import emit, median_time, peak_rss_mib
+    from benchmarks.common import emit, median_time, peak_rss_mib, spread
     from benchmarks.marian_weights import marian_config
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import emit, median_time, peak_rss_mib
+    from common import emit, median_time, peak_rss_mib, spread
     from marian_weights import marian_config
 
 from transformer.common.machine import describe_machine  # noqa: E402
@@ -187,8 +187,7 @@ def bench_train(model, args, meta) -> None:
         target_len=TARGET_LEN,
         warmup=args.warmup,
         repeats=args.steps,
-        min_s=round(min(times), 4),
-        max_s=round(max(times), 4),
+        **spread(times),
         loss_last=round(losses[-1], 4),
     )
     emit("train_tokens_per_s", tokens / step_s, "tokens/s", IMPL, args.json, **extra)
@@ -236,8 +235,7 @@ def bench_decode(model, args, meta) -> None:
                 call_s=round(call_s, 4),
                 warmup=warmup,
                 repeats=repeats,
-                min_s=round(min(times), 4),
-                max_s=round(max(times), 4),
+                **spread(times),
             )
             if mode == "beam4":
                 extra["tokens_per_s"] = round(new_tokens / call_s, 2)

@@ -141,7 +141,7 @@ def main(_argv) -> None:
             medians.append(median)
             label = arm_label(arms[i])
             common.emit("decode_ab_call_s", median, "s", mode, FLAGS.json, arm=label,
-                        min_s=round(min(seconds), 4), max_s=round(max(seconds), 4))  # fmt: skip
+                        **common.spread(seconds))  # fmt: skip
             agree = float(np.mean(outputs[i] == outputs[0]))
             common.emit("decode_ab_speedup", medians[0] / median, "x", mode, FLAGS.json,
                         arm=label, tokens_agree=round(agree, 4))  # fmt: skip

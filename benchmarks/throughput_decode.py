@@ -80,7 +80,7 @@ def _timed(fn, timing: dict):
         last[:] = [out]
 
     seconds, times = common.median_time(fn, sync=sync, **timing)
-    spread = dict(min_s=round(min(times), 4), max_s=round(max(times), 4))
+    spread = common.spread(times)
     return seconds, spread, last[0]
 
 

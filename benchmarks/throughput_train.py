@@ -165,8 +165,8 @@ def train(bench: Bench) -> None:
     else:
         peak, peak_source = peak_gflops * 1e9, f"measured matmul {peak_n}x{peak_n}"
     extra = dict(batch=rows, source_len=s_len, target_len=t_len, warmup=1,
-                 repeats=bench.steps, min_s=round(min(times), 4),
-                 max_s=round(max(times), 4), loss=round(loss, 3))  # fmt: skip
+                 repeats=bench.steps, **common.spread(times),
+                 loss=round(loss, 3))  # fmt: skip
     bench.emit("train_tokens_per_s", tokens / step_s, "tokens/s", **extra)
     bench.emit("train_step_s", step_s, "s", **extra)
     bench.emit("compile_s", compile_s, "s", what="train step", cached=compile_s == 0)

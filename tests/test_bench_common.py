@@ -97,6 +97,15 @@ def test_median_time_validates_arguments():
         common.median_time(lambda: None, warmup=-1, repeats=1)
 
 
+def test_spread_brackets_the_median_of_millisecond_timings():
+    # Two calls of ~2.2 ms: their median (the mean) lies strictly between them, and the spread
+    # must still bracket it (4-decimal rounding put max_s = 0.0022 below a 0.0022175 median).
+    times = [0.00221750, 0.00221759]
+    spread = common.spread(times)
+    assert spread == {"min_s": min(times), "max_s": max(times)}
+    assert spread["min_s"] <= statistics.median(times) <= spread["max_s"]
+
+
 def test_peak_rss_mib_grows_with_allocation():
     before = common.peak_rss_mib()
     assert before > 1.0  # any Python process holds more than 1 MiB
