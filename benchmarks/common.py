@@ -6,6 +6,8 @@
   `(median_s, all_times)`; `sync(result)` is called inside the timed region so asynchronous
   work (JAX dispatch, CUDA streams) is finished before the clock stops.
 - `peak_rss_mib()` is the process's peak resident set size so far, in MiB.
+- `busy(loadavg_1m, cpus)`: whether a benchmark that started at that load average shares the
+  machine with other work, so that its figures must not enter a ratio.
 - `random_train_batch(rng, rows, src_len, tgt_len, vocab_size)`: a fixed-shape, unpacked
   training batch of random word ids; `random_sources(seed, rows, length, vocab_size, eos_id)`:
   EOS-terminated random source rows for decoding.
@@ -103,6 +105,17 @@ def format_value(value: float) -> str:
     if magnitude >= 1e-3:
         return f"{value:.4g}"
     return f"{value:.3e}"
+
+
+# A benchmark started while the 1-minute load average exceeds this per core shares the machine:
+# PyTorch's OpenMP threads slow several-fold beside one busy process, so its ratios are
+# withheld. Benchmarks run one after another should wait for the previous one's load to decay.
+MAX_BACKGROUND_LOAD_PER_CORE = 0.5
+
+
+def busy(loadavg_1m: float, cpus: int) -> bool:
+    """Whether a run that started at this load average on `cpus` cores shared the machine."""
+    return loadavg_1m > MAX_BACKGROUND_LOAD_PER_CORE * max(cpus, 1)
 
 
 def emit(

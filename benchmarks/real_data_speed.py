@@ -60,11 +60,17 @@ import numpy as np
 
 try:  # run as `python benchmarks/real_data_speed.py` (script dir on sys.path) or as a module
     from benchmarks import marian_weights
-    from benchmarks.common import emit, median_time, peak_rss_mib
+    from benchmarks.common import (
+        MAX_BACKGROUND_LOAD_PER_CORE,
+        busy,
+        emit,
+        median_time,
+        peak_rss_mib,
+    )
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import marian_weights
-    from common import emit, median_time, peak_rss_mib
+    from common import MAX_BACKGROUND_LOAD_PER_CORE, busy, emit, median_time, peak_rss_mib
 
 from transformer.common.errors import UserError, report_user_error  # noqa: E402
 from transformer.common.machine import describe_machine  # noqa: E402
@@ -73,8 +79,6 @@ from transformer.common.special_ids import PAD_ID  # noqa: E402
 OURS, PEER = "jax-transformer", "torch-marian"
 MODES = ("greedy", "beam4")
 BEAM_SIZE = 4
-# Ratios need a machine not busy with other work: at most this load average per core before.
-MAX_BACKGROUND_LOAD_PER_CORE = 0.5
 
 
 @dataclasses.dataclass
@@ -290,7 +294,7 @@ def benchmark(args, load_before: float) -> None:
     corpus = load_corpus(run, args.split, args.max_sentences)
     emit("setup", 0, "-", OURS, args.json, **setup_info(run, hf, corpus, load_before))
     cores = os.cpu_count() or 1
-    ratios_allowed = load_before <= MAX_BACKGROUND_LOAD_PER_CORE * cores
+    ratios_allowed = not busy(load_before, cores)
     if not ratios_allowed:
         print(f"note: speed ratios withheld: load average {load_before:.2f} before the benchmark "
               f"exceeds {MAX_BACKGROUND_LOAD_PER_CORE} x {cores} cores", file=sys.stderr,

@@ -2,13 +2,20 @@
 
     python benchmarks/throughput.py --config configs/bench_base.py --json > jax.jsonl
     python benchmarks/compare_torch.py --json > torch.jsonl
-    python benchmarks/table.py jax.jsonl torch.jsonl [--readme README.md --section Performance]
+    python benchmarks/real_data_speed.py --workdir RUN --json > real.jsonl  # same weights
+    python benchmarks/table.py jax.jsonl torch.jsonl real.jsonl [--readme README.md
+        --section Performance]
 
 Reads the JSON lines both benchmark scripts print (`{"figure", "value", "impl", ...}`; other
 lines are ignored), puts each figure in a row with one column per implementation, and below
 it the targets: ratios against the PyTorch peer (this project over MarianMT) and ratios
 within this project (packed over padded batches, cached over uncached decoding). The output
 is deterministic, so a README section rendered from unchanged files stays byte-identical.
+
+Each figure keeps the load average its run's `setup` line recorded before it started. A ratio
+involving a run that started on a busy machine (benchmarks/common.busy: more than half a
+runnable process per core) is withheld: the cell says `busy`, the target row `withheld`, and a
+note under the tables names the run's file and load.
 """
 
 from __future__ import annotations
@@ -23,8 +30,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.common import MAX_BACKGROUND_LOAD_PER_CORE, busy  # noqa: E402
+
 OURS, PEER = "jax-transformer", "torch-marian"
 
+# benchmarks/real_data_speed.py: a trained run's test set translated by both sides holding the
+# same weights; agreement is the share of identical greedy outputs (the peer's row only).
+REAL_DATA_FIGURES = ("greedy_sentences_per_s", "beam4_sentences_per_s", "greedy_bleu",
+                     "beam4_bleu", "greedy_agreement")  # fmt: skip
 # Figures shown, in order (others in the files are ignored).
 FIGURES = (
     "train_tokens_per_s", "train_step_s", "compile_s", "matmul_peak_gflops", "mfu",
@@ -33,6 +46,7 @@ FIGURES = (
     "decode_sample_tokens_per_s", "decode_sample_tokens_per_s_256",
     "decode_beam4_sentences_per_s", "decode_beam4_sentences_per_s_256",
     "decode_greedy_nocache_tokens_per_s", "decode_greedy_nocache_tokens_per_s_256",
+    *REAL_DATA_FIGURES,
 )  # fmt: skip
 # Each benchmark run ends with its peak memory; a row per kind of run (train, decode, ...), so
 # the training run's peak is not overwritten by a later decoding run's, holding the largest
@@ -71,6 +85,8 @@ TARGETS = (
 def _part(figure: str) -> str:
     if figure in PIPELINE_FIGURES:
         return "pipeline"
+    if figure in REAL_DATA_FIGURES:
+        return "real_data"
     return "decode" if figure.startswith("decode_") else "train"
 
 
@@ -82,12 +98,23 @@ def _peak_rss_key(record: dict, seen: set[str]) -> str:
     return f"{PEAK_RSS} ({'+'.join(parts) or 'run'})"
 
 
+def _start_load(setup: dict, path: str) -> dict | None:
+    """{'file', 'load', 'cpus'} of a run whose setup line shows a busy machine, else None."""
+    load = setup.get("loadavg_1m", setup.get("loadavg_1m_before"))
+    cpus = setup.get("cpus")
+    if isinstance(load, int | float) and isinstance(cpus, int) and busy(load, cpus):
+        return {"file": os.path.basename(path), "load": load, "cpus": cpus}
+    return None
+
+
 def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], dict]:
     """{(impl, figure): record} from JSON-lines files; the last record of a pair wins, except
-    peak memory rows, which keep the largest."""
+    peak memory rows, which keep the largest. A record from a run that started on a busy
+    machine carries `_busy` ({'file', 'load', 'cpus'})."""
     figures = {}
     for path in paths:
         seen: set[str] = set()  # parts of the run in progress: its figures so far
+        started_busy = None  # the run in progress: its setup line's load, if busy
         with open(path, encoding="utf-8") as f:
             for line in f:
                 line = line.strip()
@@ -100,6 +127,11 @@ def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], dict]:
                 if not (isinstance(record, dict) and "figure" in record and "impl" in record):
                     continue
                 figure = record["figure"]
+                if figure == "setup":
+                    started_busy = _start_load(record, path)
+                    continue
+                if started_busy:
+                    record["_busy"] = started_busy
                 key = (record["impl"], figure)
                 if figure == PEAK_RSS:  # the last line of a run
                     key, seen = (record["impl"], _peak_rss_key(record, seen)), set()
@@ -135,7 +167,8 @@ def render(figures: dict[tuple[str, str], dict]) -> str:
         values = [r["value"] if r else None for r in row]
         ratio = ""
         if len(values) >= 2 and values[0] and values[1] and unit.endswith("/s"):
-            ratio = f"{values[0] / values[1]:.2f}x"
+            withheld = any(r.get("_busy") for r in row[:2])
+            ratio = "busy" if withheld else f"{values[0] / values[1]:.2f}x"
         label = f"`{PEAK_RSS}`{name[len(PEAK_RSS) :]}" if name in peaks else f"`{name}`"
         lines.append(f"| {label} | {unit} | " + " | ".join(_fmt(v) for v in values)
                      + f" | {ratio} |")  # fmt: skip
@@ -149,9 +182,26 @@ def render(figures: dict[tuple[str, str], dict]) -> str:
         value = top["value"] / bottom["value"] if den else top["value"]
         met = value >= target if kind == "min" else value <= target
         shown = f"{value:.2f}x" if den else f"{value:.3f}"
-        lines.append(f"| {text} | {shown} | {_need(target, kind, den)} | "
-                     f"{'yes' if met else 'no'} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+        if any(r.get("_busy") for r in (top, bottom) if r):
+            shown, verdict = "withheld (busy)", ""
+        else:
+            verdict = "yes" if met else "no"
+        lines.append(f"| {text} | {shown} | {_need(target, kind, den)} | {verdict} |")
+    return "\n".join(lines + _busy_notes(figures)) + "\n"
+
+
+def _busy_notes(figures: dict[tuple[str, str], dict]) -> list[str]:
+    runs = {(b["file"], b["load"], b["cpus"]) for r in figures.values() if (b := r.get("_busy"))}
+    return (
+        [""]
+        + [
+            f"Withheld: the run in `{name}` started at load average {load:g} on {cpus} cores "
+            f"(more than {MAX_BACKGROUND_LOAD_PER_CORE:g} per core); rerun it on a quiet machine."
+            for name, load, cpus in sorted(runs)
+        ]
+        if runs
+        else []
+    )
 
 
 def _need(target: float, kind: str, ratio) -> str:

@@ -76,3 +76,56 @@ def test_peak_memory_row_per_kind_of_run(tmp_path, capsys):
     assert "| `peak_rss_mib` (decode) | MiB | 1,700.0 | 1,200.0 |  |" in out
     assert "| `peak_rss_mib` (train) | MiB | 3,000.0 | 2,800.0 |  |" in out
     assert out.index("(decode)") > out.index("decode_greedy_tokens_per_s")  # after the figures
+
+
+def test_real_data_rows_show_the_same_weights_ratio_and_their_own_peak(tmp_path, capsys):
+    both = [(table.OURS, 30.0, 21.3, 300.0), (table.PEER, 12.0, 21.2, 900.0)]
+    real = _write(tmp_path / "real.jsonl", [
+        rec for impl, speed, bleu, mib in both for rec in (
+            fig(impl, "greedy_sentences_per_s", speed, "sentences/s"),
+            fig(impl, "greedy_bleu", bleu, "BLEU"),
+            fig(impl, "peak_rss_mib", mib, "MiB"))
+    ] + [fig(table.PEER, "greedy_agreement", 0.978, "fraction")])  # fmt: skip
+    train = _write(
+        tmp_path / "jax.jsonl",
+        [fig(table.OURS, "train_tokens_per_s", 1.0), fig(table.OURS, "peak_rss_mib", 50.0, "MiB")],
+    )
+    assert table.main([train, real]) == 0
+    out = capsys.readouterr().out
+    assert "| `greedy_sentences_per_s` | sentences/s | 30.0 | 12.0 | 2.50x |" in out
+    assert "| `greedy_bleu` | BLEU | 21.3 | 21.2 |  |" in out  # BLEU is no speed: no ratio
+    assert "| `greedy_agreement` | fraction |  | 0.978 |  |" in out
+    assert "| `peak_rss_mib` (real_data) | MiB | 300.0 | 900.0 |  |" in out
+    assert "| `peak_rss_mib` (train) | MiB | 50.0 |  |  |" in out
+
+
+def test_ratios_from_a_run_started_on_a_busy_machine_are_withheld(tmp_path, capsys):
+    def setup(impl, load):
+        return {**fig(impl, "setup", 0, "-"), "cpus": 2, "loadavg_1m": load}
+
+    quiet = [setup(table.OURS, 0.4), fig(table.OURS, "train_tokens_per_s", 660.0),
+             fig(table.OURS, "mfu", 0.75, "fraction")]  # fmt: skip
+    ours = _write(tmp_path / "jax.jsonl", quiet)
+    peer = _write(
+        tmp_path / "torch.jsonl",
+        [
+            setup(table.PEER, 1.82),  # 0.91 per core: busy
+            fig(table.PEER, "train_tokens_per_s", 600.0),
+        ],
+    )
+    assert table.main([ours, peer]) == 0
+    out = capsys.readouterr().out
+    assert "| `train_tokens_per_s` | tokens/s | 660.0 | 600.0 | busy |" in out
+    assert "| training tokens/s vs MarianMT (milestone) | withheld (busy) | >= 1x |  |" in out
+    assert "| MFU (fraction of the measured matmul peak) | 0.750 | >= 0.7 | yes |" in out
+    assert "the run in `torch.jsonl` started at load average 1.82 on 2 cores" in out
+    peer = _write(
+        tmp_path / "torch.jsonl",
+        [
+            setup(table.PEER, 1.0),  # exactly 0.5 per core
+            fig(table.PEER, "train_tokens_per_s", 600.0),
+        ],
+    )
+    assert table.main([ours, peer]) == 0
+    out = capsys.readouterr().out
+    assert "| 1.10x |" in out and "busy" not in out and "Withheld" not in out

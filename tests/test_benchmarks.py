@@ -185,6 +185,28 @@ def test_accelerator_script_parses():
     assert proc.returncode == 0, proc.stderr
 
 
+def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
+    env = dict(os.environ, PYTHON="py", RUN="runs/r", DATA="data/m")
+    proc = subprocess.run(["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jax, torch, real, table = proc.stdout.splitlines()
+    assert jax.startswith("py benchmarks/throughput.py --config configs/bench_base.py")
+    assert "--what train,pipeline,decode" in jax and "--config.data.path=data/m" in jax
+    assert jax.endswith(f"> {tmp_path}/jax.jsonl")
+    assert (
+        torch
+        == f"py benchmarks/compare_torch.py --decode-lengths 64 --json > {tmp_path}/torch.jsonl"
+    )
+    assert real.startswith("py benchmarks/real_data_speed.py --workdir runs/r")
+    files = " ".join(f"{tmp_path}/{n}.jsonl" for n in ("jax", "torch", "real"))
+    assert table == f"py benchmarks/table.py {files} > {tmp_path}/table.md"
+    without = subprocess.run(["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
+                             cwd=ROOT, env=dict(os.environ, PYTHON="py"),
+                             capture_output=True, text=True)  # fmt: skip
+    assert "real_data_speed" not in without.stdout and "pipeline" not in without.stdout
+
+
 @pytest.mark.slow
 def test_accelerator_script_dry_run_writes_every_file(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable)

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The CPU benchmarks side by side in one run, then the table with the targets:
+#   1. benchmarks/throughput.py: this project's training step, decoding (64 tokens, cached and
+#      uncached) and, with DATA, the real-data pipeline figures (configs/bench_base.py);
+#   2. benchmarks/compare_torch.py: Hugging Face MarianMT at the same sizes (the bench extra);
+#   3. with RUN, benchmarks/real_data_speed.py: a trained Post-LN, sinusoidal run's test split
+#      translated by this project and by MarianMTModel holding the same weights;
+#   4. benchmarks/table.py over the three files, into OUT_DIR/table.md.
+#
+#   RUN=studies/.../post_ln/1 DATA=../shared/data/multi30k benchmarks/side_by_side.sh OUT_DIR
+#   benchmarks/side_by_side.sh --print OUT_DIR    # the commands, without running them
+#
+# Before each script it waits until the 1-minute load average is at most half the cores
+# (benchmarks/common.py's threshold), so the figures of one script are not taken while the
+# previous one's load lingers; after QUIET_WAIT_S seconds (default 600) it goes on, and the
+# run's setup line then records the busy start, for which table.py withholds the ratios.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PRINT_ONLY=0
+if [[ "${1:-}" == "--print" ]]; then
+    PRINT_ONLY=1
+    shift
+fi
+OUT_DIR="${1:?usage: benchmarks/side_by_side.sh [--print] OUT_DIR}"
+PYTHON="${PYTHON:-python}"
+QUIET_WAIT_S="${QUIET_WAIT_S:-600}"
+CPUS=$(nproc)
+
+wait_for_quiet() {
+    local waited=0
+    while awk -v cpus="$CPUS" '{ exit !($1 > 0.5 * cpus) }' /proc/loadavg; do
+        if (( waited >= QUIET_WAIT_S )); then
+            echo "warning: load average $(cut -d' ' -f1 /proc/loadavg) after ${waited} s;" \
+                 "going on (its ratios will be withheld)" >&2
+            return 0
+        fi
+        sleep 5
+        waited=$(( waited + 5 ))
+    done
+}
+
+step() {  # step OUT_FILE COMMAND...: wait for a quiet machine, run, JSON lines into OUT_FILE
+    local out="$1"
+    shift
+    if (( PRINT_ONLY )); then
+        echo "$* > $out"
+        return 0
+    fi
+    wait_for_quiet
+    echo "[$(date +%H:%M:%S)] $* > $out" >&2
+    "$@" > "$out"
+}
+
+mkdir -p "$OUT_DIR"
+what="train,decode"
+data_flag=()
+if [[ -n "${DATA:-}" ]]; then
+    what="train,pipeline,decode"
+    data_flag=("--config.data.path=$DATA")
+fi
+files=("$OUT_DIR/jax.jsonl" "$OUT_DIR/torch.jsonl")
+step "$OUT_DIR/jax.jsonl" "$PYTHON" benchmarks/throughput.py --config configs/bench_base.py \
+    --what "$what" --decode_lengths 64 --nocache_lengths 64 "${data_flag[@]}" --json
+step "$OUT_DIR/torch.jsonl" "$PYTHON" benchmarks/compare_torch.py --decode-lengths 64 --json
+if [[ -n "${RUN:-}" ]]; then
+    files+=("$OUT_DIR/real.jsonl")
+    step "$OUT_DIR/real.jsonl" "$PYTHON" benchmarks/real_data_speed.py --workdir "$RUN" \
+        --split test --what greedy,beam4 --json
+fi
+if (( PRINT_ONLY )); then
+    echo "$PYTHON benchmarks/table.py ${files[*]} > $OUT_DIR/table.md"
+else
+    "$PYTHON" benchmarks/table.py "${files[@]}" > "$OUT_DIR/table.md"
+    cat "$OUT_DIR/table.md"
+fi
