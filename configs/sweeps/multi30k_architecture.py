@@ -9,11 +9,13 @@ Expected:  15 variants x 3 seeds = 45 runs, plus 24 for the learning-rate grid (
            paired bootstrap's 95% interval and Holm-corrected p-value, BLEU on the sources
            longer than any training sentence (> 20 tokens), test perplexity of the
            references, each grid variant's best learning rate on validation and its
-           sensitivity; length_bleu.png holds the length curves. The README's "Ablations on
-           Multi30k" holds the table this sweep wrote and a reading of it.
-Run time:  budget 6 hours on 2 CPU cores (about 5 minutes per run: training, greedy test
-           decoding, reference scoring); the sweep resumes where it stopped, so it can run in
-           pieces (--only picks variants). On GPUs use --parallel (one run per GPU).
+           sensitivity; length_bleu.png holds the length curves. The README's "Ablations"
+           holds the table this sweep wrote and a reading of it.
+Run time:  4.4 hours of training and evaluation for the 69 runs on 2 CPU cores (budget: 6),
+           about 2.5 minutes per run (training, greedy test decoding, reference scoring) on
+           the Intel Xeon (AVX-512) machine, 5 on the AMD EPYC (AVX2) one; the sweep resumes
+           where it stopped, so it can run in pieces (--only picks variants). On GPUs use
+           --parallel (one run per GPU).
 
 A reduced-budget study so that it runs in hours on 2 CPU cores: every run is
 configs/multi30k.py cut to a 2+2-layer d_model 128 model (4 heads of 32, d_ff 512, Pre-LN,
