@@ -26,6 +26,8 @@ Implementations:
                  on their minor axis (decode.weight_layout=out_in's copies)
   xla_int8       decode.quantize=int8's product (transformer.model.quantize.int8_matmul:
                  rows quantized at each product, int8 weights, int32 sums), jitted
+  xla_bf16       decode.quantize=bfloat16's product (decode_weights.Projection): bfloat16
+                 weights and rows, float32 sums, jitted
   torch          torch.matmul with PyTorch's default intra-op threads
   torch_1thread  torch.matmul with torch.set_num_threads(1)
   torch_linear   torch.nn.functional.linear with an [N, K] weight, as nn.Linear (and so
@@ -70,8 +72,9 @@ SHAPES = {
     "decode128": [(128, D, D), (128, D, F), (128, F, D), (128, D, V)],
     "train": [(4096, D, F), (4096, F, D), (4096, D, V)],
 }
-IMPLS = ("xla", "xla_1thread", "xla_nk", "xla_int8", "torch", "torch_1thread", "torch_linear",
-         "numpy")  # fmt: skip
+WEIGHT_BYTES = {"xla_int8": 1, "xla_bf16": 2}  # per weight; float32 (4) otherwise
+IMPLS = ("xla", "xla_1thread", "xla_nk", "xla_int8", "xla_bf16", "torch", "torch_1thread",
+         "torch_linear", "numpy")  # fmt: skip
 WEIGHTS = ("cached", "streamed")
 STREAM_MIB = 256  # default ring of distinct weights: far past any last-level cache
 ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -132,6 +135,12 @@ def _products_fn(impl: str, x: np.ndarray, ws: list[np.ndarray]):
 
         operands = [quantize_columns(jnp.asarray(w)) for w in ws]  # (int8 [K, N], scale [N])
         products = jax.jit(lambda x, ops: [int8_matmul(x, *op) for op in ops])
+    elif impl == "xla_bf16":
+        from transformer.model.decode_weights import projection
+
+        operands = [projection([jnp.asarray(w)], None, layout="in_out", dtype=jnp.float32,
+                               quantize="bfloat16") for w in ws]  # fmt: skip
+        products = jax.jit(lambda x, ops: [op(x, jnp.float32) for op in ops])
     elif impl == "xla_nk":
         operands = [jnp.asarray(np.ascontiguousarray(w.T)) for w in ws]  # [N, K]
         products = jax.jit(lambda x, ops: [jnp.einsum("mk,nk->mn", x, w) for w in ops])
@@ -154,7 +163,7 @@ def _measure(impl: str, shapes: list[str], weights: list[str], repeats: int,
                 call_s = _median_seconds(_products_fn(impl, *_operands(m, k, n, copies)), repeats)
                 seconds = call_s / copies  # one product
                 prefix = "matmul_gflops" if placement == "cached" else "matmul_streamed_gflops"
-                weight_bytes = k * n * (1 if impl == "xla_int8" else 4)
+                weight_bytes = k * n * WEIGHT_BYTES.get(impl, 4)
                 rows.append({"figure": f"{prefix}_{m}x{k}x{n}",
                              "value": 2 * m * k * n / seconds / 1e9, "shape": name,
                              "weights": placement, "median_s": seconds, "ring": copies,

@@ -231,7 +231,7 @@ def test_accelerator_script_dry_run_writes_every_file(tmp_path):
 
 @pytest.mark.slow  # a minute of products in five implementations
 def test_matmul_shapes_reports_every_shape_and_impl():
-    impls = ["xla", "xla_1thread", "xla_nk", "xla_int8", "numpy"]
+    impls = ["xla", "xla_1thread", "xla_nk", "xla_int8", "xla_bf16", "numpy"]
     try:
         import torch  # noqa: F401
 
@@ -253,7 +253,7 @@ def test_matmul_shapes_reports_every_shape_and_impl():
     for r in products:  # the figure is the FLOP count over the timed median of one product
         m, k, n = map(int, r["figure"].rsplit("_", 1)[1].split("x"))
         assert r["value"] == pytest.approx(2 * m * k * n / r["median_s"] / 1e9, rel=1e-3)
-        width = 1 if r["impl"] == "xla_int8" else 4  # bytes per weight
+        width = {"xla_int8": 1, "xla_bf16": 2}.get(r["impl"], 4)  # bytes per weight
         assert r["weight_gbs"] == pytest.approx(k * n * width / r["median_s"] / 1e9, rel=1e-3)
         if r["weights"] == "streamed":  # the ring holds --stream_mib of float32 weights
             assert r["ring"] == 32 * 2**20 // (4 * k * n)

@@ -132,3 +132,71 @@ def test_bfloat16_cache_stores_bfloat16_and_keeps_the_tokens(monkeypatch):
     np.testing.assert_allclose(np.array(scores_bf16), np.array(scores), atol=0.02)
     with pytest.raises(UserError, match="decode.cache_dtype 'int8'"):
         DecodeSettings(cache_dtype="int8")
+
+
+@pytest.mark.parametrize("layout", ["in_out", "out_in"])
+def test_bfloat16_product_is_the_exact_sum_of_rounded_operands(layout):
+    from transformer.model.decode_weights import projection
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 96)).astype(np.float32)
+    w = rng.standard_normal((96, 7)).astype(np.float32)
+    b = rng.standard_normal(7).astype(np.float32)
+    proj = projection([jnp.asarray(w)], [jnp.asarray(b)], layout=layout, dtype=jnp.float32,
+                      quantize="bfloat16")  # fmt: skip
+    assert proj.kernel.dtype == jnp.bfloat16
+    got = np.asarray(proj(jnp.asarray(x), jnp.float32))
+    assert got.dtype == np.float32
+
+    def rounded(a):  # to bfloat16 and back: products of two of these are exact in float64
+        return np.asarray(jnp.asarray(a).astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+
+    want = rounded(x) @ rounded(w) + b  # bfloat16 operands, a float32 (here float64) sum
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.abs(got - (x @ w + b)).max() > 1e-4  # the operands were indeed rounded
+
+
+def test_bfloat16_decoding_rounds_the_products_asked_for_and_keeps_most_tokens(monkeypatch):
+    from transformer.inference import translator as translator_lib
+    from transformer.model.layers import Dense
+
+    kernels = []  # the dtype of every decode-time weight copy, recorded while tracing
+    real = translator_lib.prepare_decoder
+
+    def prepare(m, **kw):
+        real(m, **kw)
+        for _, module in nnx.iter_modules(m):
+            if isinstance(module, Dense) and module.decode_projection is not None:
+                kernels.append(str(module.decode_projection.kernel.dtype))
+            for field in ("decode_qkv", "decode_output"):
+                if getattr(module, field, None) is not None:
+                    kernels.append(str(getattr(module, field).kernel.dtype))
+
+    monkeypatch.setattr(translator_lib, "prepare_decoder", prepare)
+    model = Transformer(tiny_model_config(d_model=64, d_ff=128), rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model)
+    sources = [[5, 6, 7, 3], [9, 10, 3], [11, 12, 13, 14, 3]]
+    outputs, copies = {}, {}
+    arms = {"none": ("none", "none"), "loop": ("bfloat16", "none"),
+            "all": ("bfloat16", "bfloat16")}  # fmt: skip
+    for arm, (quantize, encoder_quantize) in arms.items():
+        kernels.clear()
+        settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6,
+                                  quantize=quantize, encoder_quantize=encoder_quantize)  # fmt: skip
+        outputs[arm], _ = Translator(graphdef, model.cfg, settings, None, None
+                                     ).translate_ids(params, sources)  # fmt: skip
+        copies[arm] = sorted(kernels)
+    enc, dec = model.cfg.num_encoder_layers, model.cfg.num_decoder_layers
+    # The decoder loop: fused Q/K/V, self-attention output, cross-attention query and output,
+    # 2 feed-forward per layer, and the output projection; encoder_quantize adds the encoder's
+    # Q, K, V, output and 2 feed-forward per layer and the cross-attention keys and values.
+    loop, once = dec * 6 + 1, enc * 6 + dec * 2
+    assert copies["none"] == ["float32"] * loop
+    assert copies["loop"] == ["bfloat16"] * loop
+    assert copies["all"] == ["bfloat16"] * (loop + once)
+    for arm in ("loop", "all"):
+        same = [a == b for o, q in zip(outputs["none"], outputs[arm], strict=True)
+                for a, b in zip(o[0], q[0], strict=False)]  # fmt: skip
+        assert same and sum(same) >= 0.5 * len(same)  # greedy paths part at the first near-tie
+    with pytest.raises(UserError, match="decode.encoder_quantize 'int8'"):
+        DecodeSettings(encoder_quantize="int8")

@@ -23,10 +23,19 @@ from transformer.data import source_batch, tokenize_sources
 from transformer.inference import search
 from transformer.inference.beam import beam_search
 from transformer.model.config import ModelConfig
-from transformer.model.decode_weights import LAYOUTS, prepare_decoder, resolve_layout
+from transformer.model.decode_weights import (
+    LAYOUTS,
+    prepare_decoder,
+    prepare_encoder,
+    resolve_layout,
+)
 
 STRATEGIES = ("greedy", "sample", "beam")
-QUANTIZE = ("none", "int8")  # decode.quantize: int8 = transformer.model.quantize
+# decode.quantize (the decoder loop's products) and decode.encoder_quantize (the encoder's and
+# the cross-attention keys/values'): int8 = transformer.model.quantize, bfloat16 = bfloat16
+# operands with float32 sums (transformer.model.decode_weights).
+QUANTIZE = ("none", "int8", "bfloat16")
+ENCODER_QUANTIZE = ("none", "bfloat16")
 # decode.cache_dtype: the self-attention cache and cross-attention keys/values as stored
 # ('model': model.dtype); attention computes in model.dtype either way.
 CACHE_DTYPES = ("model", "bfloat16")
@@ -50,6 +59,7 @@ class DecodeSettings:
     min_len: int = 0
     batch_size: int = 64
     quantize: str = "none"
+    encoder_quantize: str = "none"
     weight_layout: str = "auto"
     cache_dtype: str = "model"
 
@@ -72,6 +82,11 @@ class DecodeSettings:
             (
                 self.quantize in QUANTIZE,
                 f"unknown decode.quantize {self.quantize!r}; valid: " + ", ".join(QUANTIZE),
+            ),
+            (
+                self.encoder_quantize in ENCODER_QUANTIZE,
+                f"unknown decode.encoder_quantize {self.encoder_quantize!r}; valid: "
+                + ", ".join(ENCODER_QUANTIZE),
             ),
             (
                 self.weight_layout in LAYOUTS,
@@ -156,11 +171,13 @@ class Translator:
         s = self.settings
         model = nnx.merge(self.graphdef, params)
         src_segments = (src != PAD_ID).astype(jnp.int32)
+        prepare_encoder(model, quantize=s.encoder_quantize)
         cross_kv = model.cross_kv(model.encode(src, src_segments=src_segments))
         if s.cache_dtype == "bfloat16":
             cross_kv = jax.tree.map(lambda a: a.astype(jnp.bfloat16), cross_kv)
-        # The decoder loop's weights in the layout its row count multiplies fastest (int8 if
-        # asked); the encoder and the cross-attention keys/values above keep the parameters.
+        # The decoder loop's weights in the layout its row count multiplies fastest (int8 or
+        # bfloat16 if asked); the encoder and the cross-attention keys/values above have
+        # bfloat16 copies with encoder_quantize, else use the parameters.
         rows = src.shape[0] * (s.beam_size if s.strategy == "beam" else s.num_samples
                                if s.strategy == "sample" else 1)  # fmt: skip
         prepare_decoder(model, layout=resolve_layout(s.weight_layout, rows), quantize=s.quantize)

@@ -15,8 +15,13 @@ quantize)` gives, in place, on a model merged inside the jitted decode function:
 
 Weights are cast to the compute dtype once, not at every step. The float32 parameters are
 untouched and training never sees any of it. With quantize='int8' the copies are int8
-(`transformer.model.quantize`); otherwise the products give the training layout's values up
-to float32 summation order (tests/test_decode_weights.py).
+(`transformer.model.quantize`). With quantize='bfloat16' they are bfloat16 and each product
+takes bfloat16 operands with a float32 sum; `prepare_encoder` gives the layers that run once
+per batch (the encoder's, the cross-attention keys/values) such copies
+(decode.encoder_quantize), since CPUs with bfloat16 matrix units multiply the encoder's many
+rows fastest that way. Otherwise the
+products give the training layout's values up to float32 summation order
+(tests/test_decode_weights.py).
 """
 
 from __future__ import annotations
@@ -46,9 +51,10 @@ class Projection:
         if self.layout == "int8":
             y = int8_matmul(x, self.kernel, self.scale).astype(dtype)
         elif self.layout == "out_in":
-            y = jnp.einsum("...k,nk->...n", x.astype(dtype), self.kernel)
+            y = jnp.einsum("...k,nk->...n", x.astype(self.kernel.dtype), self.kernel,
+                           preferred_element_type=dtype)  # fmt: skip
         else:
-            y = jnp.dot(x.astype(dtype), self.kernel)
+            y = jnp.dot(x.astype(self.kernel.dtype), self.kernel, preferred_element_type=dtype)
         if self.bias is not None:
             y = y + self.bias
         return y
@@ -61,7 +67,7 @@ def projection(kernels: list[jax.Array], biases: list | None, *, layout: str, dt
     if quantize == "int8":
         q, scale = quantize_columns(kernel)
         return Projection(q, scale, bias, "int8")
-    kernel = kernel.astype(dtype)
+    kernel = kernel.astype(jnp.bfloat16 if quantize == "bfloat16" else dtype)
     if layout == "out_in":
         return Projection(kernel.T, None, bias, "out_in")
     return Projection(kernel, None, bias, "in_out")
@@ -103,8 +109,28 @@ def prepare_decoder(model, *, layout: str, quantize: str = "none") -> None:
         model.decode_output = of(model.output, dtype=jnp.float32)
         return
     table = model.target_embedding.embedding[...]  # [V, d]: already the out_in layout
-    if quantize == "int8" or layout == "in_out":
+    if quantize != "none" or layout == "in_out":
         model.decode_output = projection([table.T], None, layout=layout, dtype=jnp.float32,
                                          quantize=quantize)  # fmt: skip
     else:
         model.decode_output = Projection(table, None, None, "out_in")
+
+
+def prepare_encoder(model, *, quantize: str) -> None:
+    """With quantize='bfloat16' (decode.encoder_quantize), bfloat16 [in, out] copies for every
+    dense layer that runs once per batch: the encoder's and the cross-attention key/value
+    projections. Their products have hundreds of rows, where the training layout is as fast
+    as any and int8 gains nothing (benchmarks/matmul_shapes.py), so only bfloat16 is offered."""
+    from transformer.model.layers import Dense
+
+    if quantize == "none":
+        return
+    modules = [m for layer in model.encoder_layers for _, m in nnx.iter_modules(layer)]
+    modules += [d for layer in model.decoder_layers
+                for d in (layer.cross_attention.key, layer.cross_attention.value)]  # fmt: skip
+    for module in modules:
+        if isinstance(module, Dense):
+            biases = None if module.bias is None else [module.bias[...]]
+            module.decode_projection = projection(
+                [module.kernel[...]], biases, layout="in_out", dtype=module.dtype, quantize=quantize
+            )

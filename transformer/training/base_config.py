@@ -129,7 +129,11 @@ def _decode_section() -> ml_collections.ConfigDict:
     decode.max_len_b = 10
     decode.min_len = 0
     decode.batch_size = 64  # sentences per decoding batch
-    decode.quantize = "none"  # none | int8: the decoder's products in int8 (model/quantize.py)
+    # none | int8 | bfloat16: the decoder loop's products in int8 (model/quantize.py) or with
+    # bfloat16 operands and float32 sums (model/decode_weights.py)
+    decode.quantize = "none"
+    # none | bfloat16: the encoder's and cross-attention keys/values' products likewise
+    decode.encoder_quantize = "none"
     # auto | in_out | out_in | none: how the decode loop's weight copies are laid out
     # (model/decode_weights.py; auto picks by rows per product; none: no copies)
     decode.weight_layout = "auto"
