@@ -10,8 +10,8 @@
 #   RUN=studies/.../post_ln/1 DATA=../shared/data/multi30k benchmarks/side_by_side.sh OUT_DIR
 #   benchmarks/side_by_side.sh --print OUT_DIR    # the commands, without running them
 #
-# Before each script it waits until the 1-minute load average is at most half the cores
-# (benchmarks/common.py's threshold), so the figures of one script are not taken while the
+# Before each script it waits until the 1-minute load average is at most
+# benchmarks/common.py's MAX_BACKGROUND_LOAD_PER_CORE per core (the threshold table.py uses), so the figures of one script are not taken while the
 # previous one's load lingers; after QUIET_WAIT_S seconds (default 600) it goes on, and the
 # run's setup line then records the busy start, for which table.py withholds the ratios.
 set -euo pipefail
@@ -28,8 +28,11 @@ QUIET_WAIT_S="${QUIET_WAIT_S:-600}"
 CPUS=$(nproc)
 
 wait_for_quiet() {
-    local waited=0
-    while awk -v cpus="$CPUS" '{ exit !($1 > 0.5 * cpus) }' /proc/loadavg; do
+    local waited=0 per_core
+    per_core=$("$PYTHON" -c \
+        "from benchmarks.common import MAX_BACKGROUND_LOAD_PER_CORE as m; print(m)")
+    while awk -v cpus="$CPUS" -v per_core="$per_core" \
+            '{ exit !($1 > per_core * cpus) }' /proc/loadavg; do
         if (( waited >= QUIET_WAIT_S )); then
             echo "warning: load average $(cut -d' ' -f1 /proc/loadavg) after ${waited} s;" \
                  "going on (its ratios will be withheld)" >&2

@@ -192,16 +192,13 @@ def render(figures: dict[tuple[str, str], dict]) -> str:
 
 def _busy_notes(figures: dict[tuple[str, str], dict]) -> list[str]:
     runs = {(b["file"], b["load"], b["cpus"]) for r in figures.values() if (b := r.get("_busy"))}
-    return (
-        [""]
-        + [
-            f"Withheld: the run in `{name}` started at load average {load:g} on {cpus} cores "
-            f"(more than {MAX_BACKGROUND_LOAD_PER_CORE:g} per core); rerun it on a quiet machine."
-            for name, load, cpus in sorted(runs)
-        ]
-        if runs
-        else []
-    )
+    if not runs:
+        return []
+    return [""] + [
+        f"Withheld: the run in `{name}` started at load average {load:g} on {cpus} cores "
+        f"(more than {MAX_BACKGROUND_LOAD_PER_CORE:g} per core); rerun it on a quiet machine."
+        for name, load, cpus in sorted(runs)
+    ]
 
 
 def _need(target: float, kind: str, ratio) -> str:

@@ -73,6 +73,13 @@ def projection(kernels: list[jax.Array], biases: list | None, *, layout: str, dt
     return Projection(kernel, None, bias, "in_out")
 
 
+def _copy_of(denses, *, layout: str, quantize: str, dtype=None) -> Projection:
+    """One Projection of Dense layers side by side, computing in `dtype` (default: theirs)."""
+    biases = None if denses[0].bias is None else [d.bias[...] for d in denses]
+    return projection([d.kernel[...] for d in denses], biases, layout=layout,
+                      dtype=dtype or denses[0].dtype, quantize=quantize)  # fmt: skip
+
+
 def resolve_layout(layout: str, rows: int) -> str:
     """'auto' -> 'out_in' for products of at most AUTO_OUT_IN_MAX_ROWS rows, else 'in_out'."""
     if layout != "auto":
@@ -93,9 +100,7 @@ def prepare_decoder(model, *, layout: str, quantize: str = "none") -> None:
         layout = "in_out"
 
     def of(*denses: Dense, dtype=None) -> Projection:
-        biases = None if denses[0].bias is None else [d.bias[...] for d in denses]
-        return projection([d.kernel[...] for d in denses], biases, layout=layout,
-                          dtype=dtype or denses[0].dtype, quantize=quantize)  # fmt: skip
+        return _copy_of(denses, layout=layout, quantize=quantize, dtype=dtype)
 
     for layer in model.decoder_layers:
         attn = layer.self_attention
@@ -130,7 +135,4 @@ def prepare_encoder(model, *, quantize: str) -> None:
                 for d in (layer.cross_attention.key, layer.cross_attention.value)]  # fmt: skip
     for module in modules:
         if isinstance(module, Dense):
-            biases = None if module.bias is None else [module.bias[...]]
-            module.decode_projection = projection(
-                [module.kernel[...]], biases, layout="in_out", dtype=module.dtype, quantize=quantize
-            )
+            module.decode_projection = _copy_of([module], layout="in_out", quantize=quantize)
