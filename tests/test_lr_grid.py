@@ -12,7 +12,7 @@ from transformer.common.errors import UserError
 from transformer.research import sweep as sw
 from transformer.research.sweep.lr_grid import Choice, GridPoint, choose
 from transformer.research.sweep.results import aggregate, write_report
-from transformer.research.sweep.runs import Run
+from transformer.research.sweep.runs import Run, outcome
 
 SWEEP = """
 def get_config():
@@ -24,9 +24,9 @@ def get_config():
 """
 
 
-def _sweep_file(tmp_path, grid: str) -> str:
+def _sweep_file(tmp_path, grid: str, seeds=(0, 1)) -> str:
     path = tmp_path / "sweep_cfg.py"
-    path.write_text(SWEEP.format(grid=grid))
+    path.write_text(SWEEP.format(grid=grid).replace("'seeds': [0, 1]", f"'seeds': {list(seeds)}"))
     return str(path)
 
 
@@ -49,7 +49,8 @@ def test_bad_lr_grids_are_user_errors(tmp_path, grid, message):
 
 
 def test_grid_points_scale_each_variants_own_learning_rate(tmp_path):
-    path = _sweep_file(tmp_path, "'lr_grid': {'scales': [2, 0.5, 1], 'variants': ['base', 'slow']}")
+    grid = "'scales': [2, 0.5, 1], 'variants': ['base', 'slow'], 'tune_seeds': 'all'"
+    path = _sweep_file(tmp_path, "'lr_grid': {" + grid + "}")
     sweep = sw.load_sweep(path)
     assert sweep.lr_grid == {"base": [0.5, 1.0, 2.0], "slow": [0.5, 1.0, 2.0]}
     runs = sw.plan_runs(sweep, str(tmp_path / "w"))
@@ -217,9 +218,155 @@ def test_variants_without_a_grid_meet_the_baseline_at_its_configured_rate(tmp_pa
 
     pairs = {s: (hyps("base", 1.0, s), plain_hyps[s]) for s in (0, 1)}
     expected = significance.paired_bootstrap(*significance.pool_seeds(pairs, refs))
-    assert rows["plain"]["bleu_delta"] == pytest.approx(expected["BLEU"].difference)
+    assert rows["plain"]["bleu_sentence_delta"] == pytest.approx(expected["BLEU"].difference)
     write_report(sweep, runs, str(tmp_path / "report"))
     md = (tmp_path / "report" / "results.md").read_text()
     plain_row = next(line for line in md.splitlines() if line.startswith("| plain |"))
     alt_row = next(line for line in md.splitlines() if line.startswith("| alt |"))
     assert " vs x1 |" in plain_row and " vs x" not in alt_row
+
+
+def _finish(run, valid_loss: float | None) -> None:
+    """Leaves `run`'s directory as a finished run (or a diverged one for None), as train.py
+    and eval.py would."""
+    os.makedirs(os.path.join(run.workdir, "eval"), exist_ok=True)
+    if valid_loss is None:
+        with open(os.path.join(run.workdir, "status.json"), "w") as f:
+            json.dump({"status": "diverged"}, f)
+        return
+    row = {"kind": "eval", "split": "valid", "step": run.num_steps, "loss": valid_loss}
+    with open(os.path.join(run.workdir, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps(row) + "\n")
+    with open(run.eval_json, "w") as f:
+        json.dump({"step": run.num_steps, "bleu": 10.0, "chrf": 20.0}, f)
+    for kind, text in (("hyp", "der Hund sieht\ndie Katze\n"), ("ref", "der Hund\ndie Katze\n")):
+        with open(os.path.join(run.workdir, "eval", f"test.{kind}.txt"), "w") as f:
+            f.write(text)
+
+
+def _search_to_the_end(sweep, workdir, loss_of) -> list[list]:
+    """Plans, 'runs' every new run (loss_of(scale, seed); None diverges) and plans again
+    until the plan stops growing; returns each round's new (variant, scale, seed)."""
+    rounds, seen = [], set()
+    while True:
+        runs = sw.plan_runs(sweep, workdir)
+        new = [r for r in runs if r.workdir not in seen]
+        if not new:
+            return rounds
+        rounds.append(sorted((r.variant, r.lr_scale, r.seed) for r in new))
+        for r in new:
+            seen.add(r.workdir)
+            _finish(r, loss_of(r.lr_scale, r.seed))
+
+
+def test_the_search_widens_until_its_best_point_is_interior_then_runs_the_other_seeds(tmp_path):
+    import math
+
+    grid = "'lr_grid': {'scales': [0.5, 1, 2], 'variants': ['base'], 'max_scale': 8}"
+    sweep = sw.load_sweep(_sweep_file(tmp_path, grid, seeds=(0, 1, 2)))
+    rounds = _search_to_the_end(
+        sweep, str(tmp_path / "w"), lambda scale, seed: (math.log2(scale) - 2) ** 2 + 0.01 * seed
+    )
+    base = [[key for key in r if key[0] == "base"] for r in rounds]
+    assert base[0] == [("base", 0.5, 0), ("base", 1.0, 0), ("base", 2.0, 0)]  # first seed only
+    assert base[1] == [("base", 4.0, 0)]  # x2 was best: one point up
+    assert base[2] == [("base", 8.0, 0)]  # x4 best at the top again
+    assert base[3] == [("base", 4.0, 1), ("base", 4.0, 2)]  # interior: the other seeds at x4
+    # Untuned variants run every seed at their own rate from the first round.
+    assert [k for k in rounds[0] if k[0] == "post"] == [("post", 1.0, s) for s in (0, 1, 2)]
+    from transformer.research.sweep.results import aggregate
+
+    table, _ = aggregate(sweep, sw.plan_runs(sweep, str(tmp_path / "w")))
+    row = next(r for r in table if r["variant"] == "base")
+    assert row["lr_scale"] == 4.0 and row["runs"] == 3 and not row["lr_grid_edge"]
+
+
+@pytest.mark.parametrize(
+    "loss, tried, chosen, edge",
+    [
+        (lambda s: -s, [0.5, 1, 2, 4, 8], 8.0, "top"),  # still falling at the cap
+        (lambda s: s, [0.25, 0.5, 1, 2], 0.25, "bottom"),  # min_scale 0.25
+        (lambda s: None if s >= 4 else -s, [0.5, 1, 2, 4], 2.0, None),  # x4 diverges
+    ],
+)
+def test_the_search_stops_at_its_cap_and_flags_it_or_below_a_diverged_point(
+    tmp_path, loss, tried, chosen, edge
+):
+    sweep = sw.load_sweep(
+        _sweep_file(
+            tmp_path,
+            "'lr_grid': {'scales': [0.5, 1, 2], 'variants': ['base'], 'max_scale': 8, "
+            "'min_scale': 0.25}",
+        )
+    )
+    _search_to_the_end(sweep, str(tmp_path / "w"), lambda scale, seed: loss(scale))
+    runs = sw.plan_runs(sweep, str(tmp_path / "w"))
+    choice = choose(sweep.lr_grid, [outcome(r) for r in runs])["base"]
+    assert [p.scale for p in choice.points] == tried
+    assert choice.complete and choice.scale == chosen and choice.edge == edge
+    assert {r.seed for r in runs if r.variant == "base" and r.lr_scale == chosen} == {0, 1}
+
+
+def test_bad_caps_and_tuning_seeds_are_user_errors(tmp_path):
+    for grid, message in (
+        ("'scales': [0.5, 1, 2], 'max_scale': 1", "must hold the grid"),
+        ("'scales': [0.5, 1, 2], 'min_scale': 0", "must hold the grid"),
+        ("'scales': [0.5, 1, 2], 'max_scale': 'big'", "must be numbers"),
+        ("'scales': [0.5, 1, 2], 'tune_seeds': 'some'", "tune_seeds must be one of"),
+    ):
+        with pytest.raises(UserError, match=message):
+            sw.load_sweep(_sweep_file(tmp_path, "'lr_grid': {" + grid + "}"))
+
+
+def test_the_aa_arm_repeats_the_baseline_under_disjoint_seeds_and_its_search(tmp_path):
+    grid = "'lr_grid': {'scales': [0.5, 1, 2], 'variants': ['base']}"
+    path = _sweep_file(tmp_path, "'aa_arm': True, " + grid)
+    sweep = sw.load_sweep(path)
+    assert list(sweep.variants)[:2] == ["base", "base_aa"]
+    assert sweep.variants["base_aa"] == sweep.variants["base"]
+    assert sweep.aa_variant == "base_aa" and sweep.seeds_of("base_aa") == [1000, 1001]
+    assert "base_aa" in sweep.lr_grid  # tuned wherever the baseline is
+    runs = sw.plan_runs(sweep, str(tmp_path / "w"))
+    aa = [r for r in runs if r.variant == "base_aa"]
+    assert {(r.lr_scale, r.seed) for r in aa} == {(0.5, 1000), (1.0, 1000), (2.0, 1000)}
+    assert all(r.overrides["train.seed"] == 1000 for r in aa)
+    with open(tmp_path / "clash.py", "w") as f:
+        f.write(open(path).read().replace("'seeds': [0, 1]", "'seeds': [0, 1000]"))
+    with pytest.raises(UserError, match="both the sweep's and the A/A arm"):
+        sw.load_sweep(str(tmp_path / "clash.py"))
+
+
+def test_the_cli_runs_rounds_until_the_search_ends_then_reports(tmp_path, monkeypatch, capsys):
+    import math
+
+    from transformer.cli import sweep as sweep_cli
+
+    def fake_execute(runs, **kwargs):  # every unfinished run 'trains' at once
+        import transformer.research.sweep.runs as runs_lib
+
+        fresh = [r for r in runs if not runs_lib.is_finished(r)]
+        for r in fresh:
+            _finish(r, (math.log2(r.lr_scale) - 1) ** 2 + 0.01 * r.seed)
+        return {"done": len(fresh), "skipped": len(runs) - len(fresh), "failed": 0, "diverged": 0}
+
+    monkeypatch.setattr(sweep_cli, "execute", fake_execute)
+    grid = "'lr_grid': {'scales': [0.5, 1, 2], 'variants': ['base'], 'max_scale': 8}"
+    path = _sweep_file(tmp_path, "'aa_arm': True, " + grid, seeds=(0, 1, 2))
+    workdir = str(tmp_path / "w")
+    assert sweep_cli.main(["--config", path, "--workdir", workdir]) == 0
+    out = capsys.readouterr().out
+    # Round 1: 3 + 3 grid points (base, A/A) + 3 seeds each of post and slow; round 2: x4
+    # for both searches (x2 was best at the top); round 3: the other seeds at x2.
+    assert [
+        line.split(":")[1].split(",")[0] for line in out.splitlines() if "at a time" in line
+    ] == [
+        " 12 run(s)",
+        " 14 run(s)",
+        " 18 run(s)",
+    ]
+    with open(os.path.join(workdir, "results.csv")) as f:
+        rows = {r["variant"]: r for r in csv.DictReader(f)}
+    assert rows["base"]["lr_scale"] == "2.0" and rows["base"]["runs"] == "3"
+    assert rows["base_aa"]["lr_scale"] == "2.0" and rows["base_aa"]["bleu_p_holm"] == ""
+    md = open(os.path.join(workdir, "results.md")).read()
+    assert "| base_aa (A/A) |" in md and "(untuned)" in md

@@ -162,12 +162,13 @@ def _finished_run(tmp_path, variant, seed, hyps, refs):
     return Run(variant, seed, str(workdir), {}, {}, "base.py", "test", num_steps=6)
 
 
-def test_variants_are_compared_with_the_baseline_by_sacrebleus_paired_bootstrap(tmp_path):
+def test_variants_meet_the_baseline_by_the_seed_aware_test_beside_sacrebleus_bootstrap(tmp_path):
     import random
 
+    import sacrebleu
     from sacrebleu.significance import PairedTest
 
-    from transformer.research.sweep.results import aggregate
+    from transformer.research.sweep.results import aggregate, write_report
     from transformer.research.sweep.spec import Sweep
     from transformer.scoring.metrics import sacrebleu_metrics
 
@@ -176,51 +177,62 @@ def test_variants_are_compared_with_the_baseline_by_sacrebleus_paired_bootstrap(
     refs = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))) for _ in range(40)]
 
     def noisy(p):
-        return [" ".join(w if rng.random() > p else rng.choice(words) for w in r.split())
-                for r in refs]  # fmt: skip
+        return [
+            " ".join(w if rng.random() > p else rng.choice(words) for w in r.split()) for r in refs
+        ]
 
-    hyps = {("base", 0): noisy(0.5), ("base", 1): noisy(0.5), ("good", 0): noisy(0.1),
-            ("good", 1): noisy(0.1)}  # fmt: skip
-    for seed in (0, 1):  # 'same' differs from the baseline in two sentences per seed
+    hyps = {(v, s): noisy(p) for v, p in (("base", 0.5), ("good", 0.1)) for s in (0, 1, 2)}
+    for seed in (0, 1, 2):  # 'same' differs from the baseline in two sentences per seed
         same = list(hyps[("base", seed)])
-        same[seed] = same[seed + 2] = "der Hund"
+        same[seed] = same[seed + 3] = "der Hund"
         hyps[("same", seed)] = same
     runs = [_finished_run(tmp_path, v, s, h, refs) for (v, s), h in hyps.items()]
-    sweep = Sweep(path="s.py", base="base.py", overrides={}, seeds=[0, 1], eval_split="test",
-                  variants={"base": {}, "good": {}, "same": {}}, eval_overrides={},
-                  parallel=1, baseline="base")  # fmt: skip
+    sweep = Sweep(
+        path="s.py",
+        base="base.py",
+        overrides={},
+        seeds=[0, 1, 2],
+        eval_split="test",
+        variants={"base": {}, "good": {}, "same": {}},
+        eval_overrides={},
+        parallel=1,
+        baseline="base",
+    )
     table, per_run = aggregate(sweep, runs)
     rows = {r["variant"]: r for r in table}
-    assert rows["base"]["bleu_delta"] is None
-    # The pooled test is sacreBLEU's on the concatenated seeds, computed here independently.
-    pooled_base = hyps[("base", 0)] + hyps[("base", 1)]
+    assert rows["base"]["bleu_delta"] is None and rows["base"]["bleu_sentence_delta"] is None
+    bleu = {k: sacrebleu.corpus_bleu(h, [refs]).score for k, h in hyps.items()}
+    p_values = {}
     for name in ("good", "same"):
-        pooled = hyps[(name, 0)] + hyps[(name, 1)]
-        _, scores = PairedTest([("b", pooled_base), ("s", pooled)], sacrebleu_metrics(),
-                               [refs + refs], test_type="bs", n_samples=1000)()  # fmt: skip
+        # The seed-aware difference: the arms' mean run BLEU, computed here by sacreBLEU.
+        gap = sum(bleu[(name, s)] - bleu[("base", s)] for s in (0, 1, 2)) / 3
+        assert rows[name]["bleu_delta"] == pytest.approx(gap, abs=1e-9)
+        assert rows[name]["bleu_delta_low"] < gap < rows[name]["bleu_delta_high"]
+        assert rows[name]["bleu_mdd"] > 0 and rows[name]["bleu_df"] >= 2
+        p_values[name] = rows[name]["bleu_p"]
+        # The test-set-only column is sacreBLEU's on the concatenated seeds, independently.
+        pooled_base = sum((hyps[("base", s)] for s in (0, 1, 2)), [])
+        pooled = sum((hyps[(name, s)] for s in (0, 1, 2)), [])
+        systems = [("b", pooled_base), ("s", pooled)]
+        test = PairedTest(systems, sacrebleu_metrics(), [refs * 3], test_type="bs", n_samples=1000)
+        _, scores = test()
         expected = scores["BLEU"][1]
-        assert rows[name]["bleu_p"] == pytest.approx(expected.p_value)
-        assert rows[name]["bleu_delta"] == pytest.approx(expected.score - scores["BLEU"][0].score)
-        assert (
-            rows[name]["bleu_delta_low"]
-            <= rows[name]["bleu_delta"]
-            <= rows[name]["bleu_delta_high"]
-        )
-    p = {n: rows[n]["bleu_p"] for n in ("good", "same")}
-    low, high = sorted(p.values())
-    assert sorted(rows[n]["bleu_p_holm"] for n in p) == pytest.approx(
+        assert rows[name]["bleu_sentence_p"] == pytest.approx(expected.p_value)
+        sentence_gap = expected.score - scores["BLEU"][0].score
+        assert rows[name]["bleu_sentence_delta"] == pytest.approx(sentence_gap)
+    low, high = sorted(p_values.values())
+    assert sorted(rows[n]["bleu_p_holm"] for n in p_values) == pytest.approx(
         [min(1, 2 * low), max(min(1, 2 * low), high)]
     )
     assert rows["good"]["bleu_significant"] and not rows["same"]["bleu_significant"]
     seed0 = next(r for r in per_run if (r["variant"], r["seed"]) == ("good", 0))
     assert seed0["bleu_delta"] > 0 and seed0["bleu_p"] < 0.05
-    from transformer.research.sweep.results import write_report
-
     write_report(sweep, runs, str(tmp_path / "report"))
     md = open(tmp_path / "report" / "results.md").read()
     assert "| base | (base) |" in md and "| baseline |" in md
     good_row = next(line for line in md.splitlines() if line.startswith("| good |"))
     assert f"{rows['good']['bleu_delta']:+.2f} [" in good_row and ") * |" in good_row
+    assert f"(p {rows['good']['bleu_sentence_p']:.3f})" in good_row
     assert os.path.getsize(tmp_path / "report" / "length_bleu.png") > 1000
 
 
@@ -315,7 +327,9 @@ def test_a_run_kept_without_references_takes_them_from_references_file(tmp_path)
     full.write_text("\n".join(refs) + "\n")
     sweep.references = str(full)
     rows = {r["variant"]: r for r in aggregate(sweep, runs)[0]}
-    assert rows["alt"]["bleu_delta"] == with_files["alt"]["bleu_delta"] > 0
+    one_seed = rows["alt"]["bleu_sentence_delta"]
+    assert one_seed == with_files["alt"]["bleu_sentence_delta"] > 0
+    assert rows["alt"]["bleu_delta"] is None  # one seed: no seed-aware test
 
 
 def test_plot_lines_of_up_to_30_variants_all_look_different():

@@ -47,6 +47,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--section", default="Sweep", help="README marker section name")
     parser.add_argument("--references", help="the eval split's reference file, for run "
                         "directories kept without eval/<split>.ref.txt")  # fmt: skip
+    parser.add_argument(
+        "--plan",
+        type=float,
+        metavar="GAP",
+        help="read the finished runs in --workdir as a pilot and print the seeds per arm that "
+        "detect a true gap of GAP BLEU with 80%% power, and the study's cost; runs nothing",
+    )
     return parser
 
 
@@ -64,16 +71,34 @@ def _print_plan(runs: list[Run]) -> None:
             print("    " + " ".join(run.eval_command()[1:]))
 
 
-def _run_sweep(args: argparse.Namespace, runs: list[Run], parallel: int) -> None:
+def _run_sweep(args: argparse.Namespace, sweep: Sweep, parallel: int) -> list[Run]:
+    """Runs the sweep in rounds: the learning-rate search adds runs as runs finish, so the
+    plan is made again after each round until it stops growing. Returns the final plan."""
     start = time.time()
-    print(f"sweep {args.config}: {len(runs)} run(s), {parallel} at a time -> "
-          f"{args.workdir}", flush=True)  # fmt: skip
-    counts = execute(runs, parallel=parallel, retry_failed=args.retry_failed,
-                     poll_s=args.poll_s)  # fmt: skip
-    print(
-        f"sweep finished in {time.time() - start:.0f} s: " +
-        ", ".join(f"{v} {k}" for k, v in counts.items()), flush=True,
-    )  # fmt: skip
+    runs = plan_runs(sweep, args.workdir, args.only)
+    totals: dict[str, int] = {}
+    planned: set[str] = set()
+    while {r.workdir for r in runs} != planned:
+        planned = {r.workdir for r in runs}
+        header = f"sweep {args.config}: {len(runs)} run(s), {parallel} at a time"
+        print(f"{header} -> {args.workdir}", flush=True)
+        # The last round's counts cover every planned run, earlier rounds' included.
+        totals = execute(
+            runs, parallel=parallel, retry_failed=args.retry_failed, poll_s=args.poll_s
+        )
+        runs = plan_runs(sweep, args.workdir, args.only)
+    summary = ", ".join(f"{v} {k}" for k, v in totals.items())
+    print(f"sweep finished in {time.time() - start:.0f} s: {summary}", flush=True)
+    return runs
+
+
+def _print_study_plan(sweep: Sweep, runs: list[Run], gap: float) -> None:
+    """--plan GAP: the seeds a study needs, from the finished runs of --workdir as a pilot."""
+    from transformer.research.sweep import planning
+
+    if gap <= 0:
+        raise UserError(f"--plan takes a positive gap in BLEU points, got {gap:g}")
+    print("\n".join(planning.plan_lines(planning.read_pilot(sweep, runs), gap)), flush=True)
 
 
 def _update_readme(args: argparse.Namespace) -> None:
@@ -89,7 +114,7 @@ def _update_readme(args: argparse.Namespace) -> None:
 
 def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> None:
     if not args.report_only:
-        _run_sweep(args, runs, args.parallel or sweep.parallel)
+        runs = _run_sweep(args, sweep, args.parallel or sweep.parallel)
     write_report(sweep, runs, args.workdir)
     grid = ", lr_grid.csv, lr_valid_loss.png" if sweep.lr_grid else ""
     print(f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "
@@ -108,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"--references {args.references}: no such file")
         sweep.references = args.references
         runs = plan_runs(sweep, args.workdir, args.only)
-        if args.dry_run:
+        if args.plan is not None:
+            _print_study_plan(sweep, runs, args.plan)
+        elif args.dry_run:
             _print_plan(runs)
         else:
             _run_and_report(args, sweep, runs)

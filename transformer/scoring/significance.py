@@ -1,4 +1,4 @@
-"""Is a variant's gap to the baseline larger than the test set's sampling noise, and the seeds'?
+"""Is a variant's gap to the baseline larger than the test set's sampling noise?
 
 `paired_bootstrap` runs sacreBLEU's own paired bootstrap test (`sacrebleu.significance.
 PairedTest`, test_type 'bs', as `sacrebleu --paired-bs`) for BLEU and chrF and adds the 95%
@@ -9,9 +9,11 @@ systems), and the score of each resample is sacreBLEU's own sufficient statistic
 scored by the metric. The test suite checks those resamples against the system interval
 PairedTest reports, so both figures come from one set of resamples.
 
-Several seeds are pooled by concatenating the hypotheses of matching seeds (and repeating the
-references), one paired test on the joint corpus. `holm` adjusts the p-values of several
-variants tested against one baseline; `t_interval` is the seed spread.
+Several seeds are pooled by concatenating the hypotheses of paired seeds (and repeating the
+references), one paired test on the joint corpus. That holds the runs fixed: it measures the
+test set's noise only, never the noise of drawing other seeds (seed_significance.py has the
+test that does). `holm` adjusts the p-values of several variants tested against one
+baseline; `t_interval` is the seed spread.
 """
 
 from __future__ import annotations

@@ -18,15 +18,23 @@ A sweep config is a Python file whose `get_config()` returns a dict (or a Config
                   example): eval.py --longer_than, a length-generalisation column
   parallel        runs at once (default 1); >1 starts that many subprocesses, one GPU each
                   when GPUs are visible
-  baseline        the variant every other one is compared with (default: the first): paired
-                  bootstrap of test BLEU/chrF per seed and pooled over matching seeds, p-values
-                  Holm-corrected over the variants (research/sweep/versus_baseline.py)
+  baseline        the variant every other one is compared with (default: the first): the
+                  seed-aware test of test BLEU/chrF (Welch's t over the runs plus the test
+                  set's sampling noise; p-values Holm-corrected over the variants) beside
+                  sacreBLEU's paired bootstrap over the pooled seeds, which holds the runs
+                  fixed (research/sweep/versus_baseline.py, scoring/seed_significance.py)
+  aa_arm          True: the baseline again under the sweep's seeds + 1000, its learning-rate
+                  search included, compared like a variant: the table's own false-positive
+                  check
   matched         {name: {'variant': V, 'match': 'params' | 'flops', 'solve': 'model.d_ff'}}:
                   compute-matched arms, V resized to the baseline's parameter count or FLOPs
                   per token within 1% (research/sweep/matching.py), listed after V
-  lr_grid         {'scales': [0.5, 1.0, 2.0], 'variants': [...]}: each variant (default all)
-                  also trained at these multiples of its learning rate and reported at the
-                  one with the lowest final validation loss (research/sweep/lr_grid.py)
+  lr_grid         {'scales': [0.5, 1.0, 2.0], 'variants': [...], 'min_scale': 1/16,
+                  'max_scale': 16, 'tune_seeds': 'first' | 'all'}: each variant (default all)
+                  searched over multiples of its learning rate, the grid widened while its
+                  best point is at an edge (up to the caps), on its first seed (or every
+                  seed), and reported at the point with the lowest final validation loss;
+                  variants left out are untuned and marked so (research/sweep/lr_grid.py)
 
 Each run trains in its own subprocess (`python -m transformer.cli.train --config BASE
 --config.k=v ...`, so a crash or divergence ends only that run and its memory is released) in
@@ -36,17 +44,25 @@ train.num_steps), resumes interrupted ones (train.py resumes from the latest che
 records failed or diverged runs in ``DIR/<variant>/<seed>/status.json`` without stopping (rerun
 them with --retry_failed). Logs of each attempt go to ``train.log`` / ``eval.log`` beside it.
 
-At the end (or with --report_only) it writes ``DIR/results.csv`` and ``DIR/results.md`` (per
-variant: BLEU mean and 95% t interval over seeds, chrF, the difference to the baseline with
-its bootstrap interval and (Holm) p-value, best validation loss, parameters, FLOPs per
-token, training tokens/s, wall time, failures), ``DIR/runs.csv`` (one row per run),
+The learning-rate search adds runs as runs finish, so transformer-sweep plans and runs in
+rounds until the plan stops growing. ``--plan GAP`` reads the finished runs of the workdir as
+a pilot and prints the seeds per arm a study needs to detect GAP BLEU (planning.py).
+
+At the end (or with --report_only) it writes ``DIR/results.csv`` and ``DIR/results.md``, one
+row per variant, the columns defined once in columns.py (BLEU mean, 95% t interval and
+between-seed sd, chrF, the seed-aware difference to the baseline with its interval, (Holm)
+p-value and minimum detectable difference, sacreBLEU's test-set-only difference, best
+validation loss, the learning rate and its search, parameters, FLOPs per token, training
+tokens/s, wall time, failures), ``DIR/runs.csv`` (one row per run),
 ``DIR/valid_loss.png``, ``DIR/bleu.png`` and ``DIR/length_bleu.png`` (BLEU per source-length
 bucket); with an lr_grid, the grid's table in results.md, ``DIR/lr_grid.csv`` and
 ``DIR/lr_valid_loss.png``.
 
 The parts: the config format, `grid` and `load_sweep` (spec), one `Run` per (variant, seed)
-and its files in the run directory (runs), the subprocesses that train and evaluate them
-(execution), the learning-rate choice (lr_grid) and the tables and plots (results).
+and its files in the run directory, planned as the learning-rate search proceeds (runs), the
+subprocesses that train and evaluate them (execution), the learning-rate search (lr_grid),
+the comparisons with the baseline (versus_baseline), the study planner (planning), the
+table columns (columns) and the tables and plots (results).
 """
 
 from transformer.research.sweep.execution import DEFAULT_POLL_S, execute

@@ -1,20 +1,30 @@
-"""Per-variant learning rates: each variant of a sweep's `lr_grid` is trained at 3-5
-log-spaced multiples of its own learning rate and reported at the one with the lowest
-validation loss.
+"""Per-variant learning rates: each variant of a sweep's `lr_grid` is trained at log-spaced
+multiples of its own learning rate, the grid widens while its best point is at an edge, and
+the variant is reported at the point with the lowest validation loss.
 
-A sweep config's ``'lr_grid': {'scales': [0.5, 1.0, 2.0], 'variants': [...]}`` (variants
-default to all) multiplies each listed variant's train.learning_rate (after the sweep's and the
-variant's overrides) by each scale. Scale 1 is the variant's ordinary run in
-DIR/<variant>/<seed>; the others run in DIR/<variant>/lr_x<scale>/<seed>, every seed each.
+A sweep config's ``'lr_grid': {'scales': [0.5, 1.0, 2.0], 'variants': [...], 'min_scale':
+1/16, 'max_scale': 16, 'tune_seeds': 'first'}`` multiplies each listed variant's
+train.learning_rate (after the sweep's and the variant's overrides) by each scale. Variants
+default to all (the A/A arm included); a variant left out runs at its configured rate only,
+and the table marks it untuned. Scale 1 is the variant's ordinary run in
+DIR/<variant>/<seed>; the others run in DIR/<variant>/lr_x<scale>/<seed>.
+
+The search: the grid's points run on the tuning seeds ('first': the variant's first seed;
+'all': every seed at every point). Once every point has finished, a best point at the
+grid's largest scale adds the next one up (the largest times the grid's ratio), at its
+smallest the next one down, until the best point is interior or the next point would pass
+max_scale / min_scale (the cap: a choice there is flagged 'top'/'bottom' in the table, never
+reported silently). Then, with 'first', the remaining seeds run at the chosen scale only: a
+one-seed screen of the rates, the seeds' budget spent where the variant is reported.
 
 Selection uses the validation split only: a grid point's score is its final validation loss
 (the eval row at the last step, i.e. of the checkpoint eval.py then scores) averaged over its
-seeds, and the chosen point is the lowest among the points none of whose seeds diverged.
-Until every run of the grid has finished (trained and evaluated, or diverged) the variant
-stays at scale 1 and its row says the grid is incomplete. Sensitivity is the spread (max -
-min) of the per-point mean validation losses over the points that did not diverge: how much
-the variant's result depends on getting its learning rate right; the diverged points are
-listed beside it.
+tuning seeds, and the chosen point is the lowest among the points none of whose tuning seeds
+diverged (a diverged point counts as tried: a best point below it is interior). Until the
+search has ended the variant stays at scale 1 and its row says the grid is incomplete.
+Sensitivity is the spread (max - min) of the per-point mean validation losses over the points
+that did not diverge: how much the variant's result depends on getting its learning rate
+right.
 """
 
 from __future__ import annotations
@@ -28,6 +38,48 @@ from transformer.common.errors import UserError
 
 MIN_POINTS, MAX_POINTS = 3, 5
 SPACING_TOLERANCE = 1e-6  # relative, on consecutive ratios
+DEFAULT_MIN_SCALE, DEFAULT_MAX_SCALE = 1 / 16, 16.0  # the widening's cap
+TUNE_SEEDS = ("first", "all")
+FIELDS = {"scales", "variants", "min_scale", "max_scale", "tune_seeds"}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # compared as the mapping it is
+class LrGrid(Mapping):
+    """{variant: its starting scales}, and how the search widens and on which seeds."""
+
+    scales: dict[str, list[float]]
+    min_scale: float = DEFAULT_MIN_SCALE
+    max_scale: float = DEFAULT_MAX_SCALE
+    tune_seeds: str = "all"
+    first_seeds: dict[str, int] = dataclasses.field(default_factory=dict)  # 'first' only
+
+    def __getitem__(self, name: str) -> list[float]:
+        return self.scales[name]
+
+    def __iter__(self):
+        return iter(self.scales)
+
+    def __len__(self) -> int:
+        return len(self.scales)
+
+    @property
+    def ratio(self) -> float:
+        """The factor between neighbouring points (all variants share the starting grid)."""
+        first = next(iter(self.scales.values()))
+        return first[1] / first[0]
+
+    def tunes_on(self, name: str, seed: int) -> bool:
+        """Whether `seed` is one the variant's grid points run on."""
+        return self.tune_seeds == "all" or self.first_seeds.get(name) == seed
+
+    @classmethod
+    def of(cls, grid: Mapping[str, list[float]]) -> LrGrid:
+        """A plain {variant: scales} as a fixed grid on every seed (caps at its own ends)."""
+        if isinstance(grid, LrGrid):
+            return grid
+        every = [s for scales in grid.values() for s in scales]
+        low, high = min(every, default=0.0), max(every, default=0.0)
+        return cls(scales=dict(grid), min_scale=low, max_scale=high)
 
 
 def scale_label(scale: float) -> str:
@@ -35,20 +87,60 @@ def scale_label(scale: float) -> str:
     return f"x{scale:g}"
 
 
-def check_lr_grid(raw: Mapping, variants: Mapping, path: str) -> dict[str, list[float]]:
-    """{variant: sorted scales} from the sweep config's lr_grid field ({} when absent)."""
+def check_lr_grid(
+    raw: Mapping, variants: Mapping, path: str, first_seeds: Mapping[str, int]
+) -> LrGrid:
+    """The sweep config's lr_grid field (an empty grid when absent); `first_seeds` gives
+    each variant's first seed, its tuning seed under tune_seeds 'first'."""
     spec = raw.get("lr_grid")
     if not spec:
-        return {}
-    if not isinstance(spec, Mapping) or set(spec) - {"scales", "variants"} or "scales" not in spec:
-        raise UserError(f"{path}: lr_grid must be {{'scales': [...], 'variants': [...]}}")
+        return LrGrid(scales={})
+    if not isinstance(spec, Mapping) or set(spec) - FIELDS or "scales" not in spec:
+        raise UserError(
+            f"{path}: lr_grid must be {{'scales': [...], 'variants': [...], 'min_scale': x, "
+            "'max_scale': x, 'tune_seeds': 'first' | 'all'}"
+        )
     scales = _check_scales(spec["scales"], path)
+    names = _grid_variants(spec, variants, path)
+    low, high = _check_caps(spec, scales, path)
+    tune_seeds = spec.get("tune_seeds", "first")
+    if tune_seeds not in TUNE_SEEDS:
+        raise UserError(
+            f"{path}: lr_grid tune_seeds must be one of {TUNE_SEEDS}, got {tune_seeds!r}"
+        )
+    return LrGrid(
+        scales={name: scales for name in names},
+        min_scale=low,
+        max_scale=high,
+        tune_seeds=tune_seeds,
+        first_seeds={name: first_seeds[name] for name in names},
+    )
+
+
+def _grid_variants(spec: Mapping, variants: Mapping, path: str) -> list[str]:
     names = list(spec.get("variants") or variants)
     unknown = [n for n in names if n not in variants]
     if unknown:
-        raise UserError(f"{path}: lr_grid variants {unknown} are not variants; valid: "
-                        f"{list(variants)}")  # fmt: skip
-    return {name: scales for name in names}
+        raise UserError(
+            f"{path}: lr_grid variants {unknown} are not variants; valid: {list(variants)}"
+        )
+    return names
+
+
+def _check_caps(spec: Mapping, scales: list[float], path: str) -> tuple[float, float]:
+    """(min_scale, max_scale): how far the grid may widen; they must hold the grid."""
+    try:
+        low = float(spec.get("min_scale", DEFAULT_MIN_SCALE))
+        high = float(spec.get("max_scale", DEFAULT_MAX_SCALE))
+    except (TypeError, ValueError):
+        raise UserError(f"{path}: lr_grid min_scale and max_scale must be numbers") from None
+    slack = 1 + SPACING_TOLERANCE
+    if not 0 < low <= scales[0] * slack or high * slack < scales[-1]:
+        raise UserError(
+            f"{path}: lr_grid min_scale {low:g} and max_scale {high:g} must hold the grid's "
+            f"scales {scales} (0 < min_scale <= smallest, largest <= max_scale)"
+        )
+    return low, high
 
 
 def _check_scales(values, path: str) -> list[float]:
@@ -91,12 +183,14 @@ class GridPoint:
 
 @dataclasses.dataclass
 class Choice:
-    scale: float  # the chosen point, or 1.0 while the grid is incomplete
+    scale: float  # the chosen point, or 1.0 while the search goes on
     points: list[GridPoint]
+    next_scale: float | None = None  # the point the search adds: the best is at an edge
 
     @property
     def complete(self) -> bool:
-        return all(p.complete for p in self.points)
+        """Every point finished and the best one interior or at the cap."""
+        return all(p.complete for p in self.points) and self.next_scale is None
 
     @property
     def sensitivity(self) -> float | None:
@@ -109,8 +203,9 @@ class Choice:
 
     @property
     def edge(self) -> str | None:
-        """'top' or 'bottom' where a finished grid chose its largest or smallest scale: the
-        validation loss was still falling there, so the best rate may lie past the grid."""
+        """'top' or 'bottom' where a finished search chose its largest or smallest scale (at
+        the cap, or on a fixed grid): the validation loss was still falling there, so the
+        best rate may lie past the grid."""
         if not self.complete or not any(p.eligible for p in self.points):
             return None
         scales = [p.scale for p in self.points]
@@ -141,34 +236,55 @@ def _finite(value) -> bool:
 
 
 def choose(grid: Mapping[str, list[float]], per_run: list[dict]) -> dict[str, Choice]:
-    """{variant: Choice} for each variant of the grid, from the per-run summaries (each with
-    variant, lr_scale, learning_rate, status, final_valid_loss, bleu)."""
+    """{variant: Choice} for each variant of the grid (an LrGrid, or a plain {variant:
+    scales}: a fixed grid on every seed), from the per-run summaries (each with variant,
+    seed, lr_scale, learning_rate, status, final_valid_loss, bleu); the points are the grid's
+    starting scales and any the search added."""
+    grid = LrGrid.of(grid)
     choices = {}
-    for name, scales in grid.items():
-        points = [
-            _point(s, [r for r in per_run if r["variant"] == name and r["lr_scale"] == s])
-            for s in scales
-        ]
-        choice = Choice(scale=1.0, points=points)
-        eligible = [p for p in points if p.eligible]
-        if choice.complete and eligible:
-            choice.scale = min(eligible, key=lambda p: p.valid_loss_mean).scale
-        choices[name] = choice
+    for name, start in grid.items():
+        rows = [r for r in per_run if r["variant"] == name and grid.tunes_on(name, r.get("seed"))]
+        scales = sorted(set(start) | {r["lr_scale"] for r in rows})
+        points = [_point(s, [r for r in rows if r["lr_scale"] == s]) for s in scales]
+        choices[name] = _choice(grid, points)
     return choices
+
+
+def _choice(grid: LrGrid, points: list[GridPoint]) -> Choice:
+    choice = Choice(scale=1.0, points=points)
+    eligible = [p for p in points if p.eligible]
+    if not eligible or not all(p.complete for p in points):
+        return choice
+    best = min(eligible, key=lambda p: p.valid_loss_mean).scale
+    choice.next_scale = _next_scale(grid, [p.scale for p in points], best)
+    if choice.next_scale is None:
+        choice.scale = best
+    return choice
+
+
+def _next_scale(grid: LrGrid, scales: list[float], best: float) -> float | None:
+    """The point past an edge where the best is, unless it would pass the cap."""
+    slack = 1 + SPACING_TOLERANCE
+    if best == max(scales) and best * grid.ratio <= grid.max_scale * slack:
+        return best * grid.ratio
+    if best == min(scales) and best / grid.ratio * slack >= grid.min_scale:
+        return best / grid.ratio
+    return None
 
 
 CSV_COLUMNS = ["variant", "lr_scale", "learning_rate", "runs", "done", "diverged",
                "valid_loss_mean", "valid_loss_std", "bleu_mean", "chosen"]  # fmt: skip
 NOTE = (
     "lr (best on valid): each grid variant at the multiple of its learning rate whose final "
-    "validation loss, mean over seeds, is lowest (test BLEU plays no part); the spread is the "
-    "max - min of those means over the grid's non-diverged points. A choice at the grid's "
-    "top or bottom scale means validation loss was still falling there: the best learning "
-    "rate may lie outside the grid. ΔBLEU: a variant at the best point of its own finished "
-    "grid meets the baseline at the baseline's best point; every other variant meets the "
-    "baseline at the configured rate, x1 (named in the cell where the baseline's row shows "
-    "another), so that one factor changes at a time. Grid table: "
-    "`lr_grid.csv`; plot: `lr_valid_loss.png`."
+    "validation loss, mean over its tuning seeds, is lowest (test BLEU plays no part); the "
+    "search widened the grid while its best point was at an edge, up to the cap, and a choice "
+    "flagged 'top of grid' or 'bottom of grid' sits at that cap, where the best learning rate "
+    "may lie further out. The spread is the max - min of the per-point means over the "
+    "non-diverged points. ΔBLEU: a variant at the best point of its own finished search meets "
+    "the baseline at the baseline's best point; an untuned variant (outside lr_grid) meets "
+    "the baseline at the configured rate, x1 (named in the cell where the baseline's row "
+    "shows another), so that one factor changes at a time. Grid table: `lr_grid.csv`; plot: "
+    "`lr_valid_loss.png`."
 )
 
 
@@ -203,9 +319,13 @@ def markdown(choices: Mapping[str, Choice]) -> list[str]:
     if not choices:
         return []
     scales = sorted({p.scale for c in choices.values() for p in c.points})
-    lines = ["", "Learning-rate grid (final validation loss, mean ± std over seeds):", "",
-             "| variant | " + " | ".join(f"lr {scale_label(s)}" for s in scales) + " |",
-             "|---|" + "---|" * len(scales)]  # fmt: skip
+    lines = [
+        "",
+        "Learning-rate search (final validation loss, mean ± std over the tuning seeds):",
+        "",
+        "| variant | " + " | ".join(f"lr {scale_label(s)}" for s in scales) + " |",
+        "|---|" + "---|" * len(scales),
+    ]
     for name, choice in choices.items():
         by_scale = {p.scale: p for p in choice.points}
         cells = [

@@ -14,6 +14,7 @@ import time
 
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
+from transformer.research.sweep import lr_grid
 from transformer.research.sweep.lr_grid import scale_label
 from transformer.research.sweep.spec import Sweep, load_base_config, set_overrides
 from transformer.training import run_config
@@ -75,19 +76,84 @@ def flag_value(value) -> str:
 
 
 def plan_runs(sweep: Sweep, workdir: str, only: list[str] | None = None) -> list[Run]:
+    """The runs the sweep needs now. Grid variants add points as their learning-rate search
+    widens, and (tune_seeds 'first') their other seeds once the search has chosen, so the
+    plan grows as runs finish: plan again after executing it until it stops growing."""
     if only:
         missing = [v for v in only if v not in sweep.variants]
         if missing:
             raise UserError(f"--only {missing}: no such variant; valid: {list(sweep.variants)}")
     base_path = sweep.base_file or sweep.base
+    names = [name for name in sweep.variants if not only or name in only]
+    searches = {name: _search(sweep, workdir, base_path, name) for name in names}
     runs = []
     # Seed-major order: a sweep stopped half-way has every variant's first seed.
-    for seed, name in itertools.product(sweep.seeds, sweep.variants):
-        if only and name not in only:
-            continue
-        for scale in sweep.lr_grid.get(name, [1.0]):
+    for index, name in itertools.product(range(len(sweep.seeds)), names):
+        seed = sweep.seeds_of(name)[index]
+        for scale in _scales_at(sweep, name, seed, searches[name]):
             runs.append(_plan_run(sweep, workdir, base_path, name, seed, scale))
     return runs
+
+
+def _scales_at(sweep: Sweep, name: str, seed: int, search) -> list[float]:
+    """The scales variant `name` runs at under `seed`: the search's points on its tuning
+    seeds, the chosen one on the others (none before the search has chosen)."""
+    if name not in sweep.lr_grid:
+        return [1.0]
+    scales, choice = search
+    if sweep.lr_grid.tunes_on(name, seed):
+        return scales
+    return [choice.scale] if choice.complete else []
+
+
+def _search(sweep: Sweep, workdir: str, base_path: str, name: str):
+    """(the scales tried on the tuning seeds, the Choice): the grid widened while the
+    finished points put the best at an edge below the cap."""
+    grid = sweep.lr_grid
+    if name not in grid:
+        return None
+    seeds = [s for s in sweep.seeds_of(name) if grid.tunes_on(name, s)]
+    scales = list(grid[name])
+    while True:
+        rows = [
+            outcome(_plan_run(sweep, workdir, base_path, name, seed, scale))
+            for seed, scale in itertools.product(seeds, scales)
+        ]
+        choice = lr_grid.choose(grid, rows)[name]
+        if choice.next_scale is None:
+            return scales, choice
+        scales = sorted([*scales, choice.next_scale])
+
+
+def outcome(run: Run) -> dict:
+    """What the learning-rate search reads of a run: its status ('done', 'diverged',
+    'failed', ... or 'not run') and final validation loss."""
+    finished = is_finished(run)
+    status = "done" if finished else read_status(run).get("status", "not run")
+    losses = [r["loss"] for r in _valid_rows(run.workdir)] if finished else []
+    return {
+        "variant": run.variant,
+        "seed": run.seed,
+        "lr_scale": run.lr_scale,
+        "learning_rate": run.learning_rate,
+        "status": status,
+        "final_valid_loss": losses[-1] if losses else None,
+        "bleu": None,
+    }
+
+
+def _valid_rows(workdir: str) -> list[dict]:
+    from transformer.training.logger import read_metrics
+
+    try:
+        rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    except UserError:
+        return []
+    return [r for r in rows if _is_valid_loss(r)]
+
+
+def _is_valid_loss(row: dict) -> bool:
+    return row.get("kind") == "eval" and row.get("split", "valid") == "valid" and "loss" in row
 
 
 def _plan_run(sweep: Sweep, workdir: str, base_path: str, name: str, seed: int,

@@ -10,12 +10,13 @@ import os
 from collections.abc import Iterable, Mapping
 
 from transformer.common.errors import UserError
-from transformer.research.sweep.lr_grid import check_lr_grid
+from transformer.research.sweep.lr_grid import LrGrid, check_lr_grid
 from transformer.training import run_config
 
 KNOWN_FIELDS = {"base", "overrides", "variants", "seeds", "eval_split", "eval_overrides",
                 "parallel", "name", "description", "eval_longer_than", "baseline",
-                "matched", "lr_grid", "eval_score_references"}  # fmt: skip
+                "matched", "lr_grid", "eval_score_references", "aa_arm"}  # fmt: skip
+AA_SEED_OFFSET = 1000  # the A/A arm's seeds: the sweep's own plus this, disjoint from them
 
 
 def grid(*dicts: Mapping[str, Iterable], **axes: Iterable) -> dict[str, dict]:
@@ -59,9 +60,15 @@ class Sweep:
     eval_longer_than: int | str | None = None
     base_file: str = ""  # `base` as found on disk (find_base)
     baseline: str = ""  # the variant every other one is tested against (default: the first)
-    lr_grid: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # lr_grid.py
+    lr_grid: LrGrid = dataclasses.field(default_factory=lambda: LrGrid(scales={}))  # lr_grid.py
     eval_score_references: bool = False  # eval.py --score_references: test perplexity
     references: str | None = None  # transformer-sweep --references: where runs keep none
+    aa_variant: str | None = None  # the baseline again under disjoint seeds (aa_arm)
+    variant_seeds: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+
+    def seeds_of(self, name: str) -> list[int]:
+        """The variant's seeds: the sweep's, or the A/A arm's own disjoint ones."""
+        return self.variant_seeds.get(name, self.seeds)
 
 
 def _plain(value):
@@ -220,6 +227,49 @@ def _with_matched(raw: Mapping, variants: dict, base, overrides: dict, baseline:
     return out
 
 
+def aa_variant_name(baseline: str) -> str:
+    return f"{baseline}_aa"
+
+
+def _with_aa_arm(raw: Mapping, variants: dict, baseline: str, seeds: list[int], path: str):
+    """(variants, {A/A arm: its seeds}): with aa_arm True, the baseline's overrides again as
+    an arm right after the baseline, under seeds disjoint from the sweep's, so that its
+    comparison with the baseline measures the table's own false-positive rate."""
+    if not _check_flag(raw, "aa_arm", path):
+        return variants, {}
+    name = aa_variant_name(baseline)
+    if name in variants:
+        raise UserError(f"{path}: variant {name!r} clashes with the A/A arm's name; rename it")
+    out = {}
+    for key, overrides in variants.items():
+        out[key] = overrides
+        if key == baseline:
+            out[name] = dict(overrides)
+    return out, {name: [s + AA_SEED_OFFSET for s in seeds]}
+
+
+def _check_disjoint_seeds(seeds: list[int], variant_seeds: dict, path: str) -> None:
+    for name, own in variant_seeds.items():
+        shared = sorted(set(own) & set(seeds))
+        if shared:
+            raise UserError(
+                f"{path}: seeds {shared} are both the sweep's and the A/A arm {name!r}'s "
+                f"(the sweep's seeds + {AA_SEED_OFFSET}); use seeds below {AA_SEED_OFFSET}"
+            )
+
+
+def _grid_with_aa(
+    raw: Mapping, variants: dict, path: str, first_seeds: dict, baseline: str, aa_name: str | None
+) -> LrGrid:
+    """The lr_grid, the A/A arm tuned wherever the baseline is: it repeats the baseline's
+    whole procedure, its learning-rate search included."""
+    spec = raw.get("lr_grid")
+    listed = spec.get("variants") if isinstance(spec, Mapping) else None
+    if listed and aa_name and baseline in listed and aa_name not in listed:
+        raw = {**raw, "lr_grid": {**spec, "variants": [*listed, aa_name]}}
+    return check_lr_grid(raw, variants, path, first_seeds)
+
+
 def load_sweep(path: str) -> Sweep:
     """The sweep config file at `path`, checked against its base run config."""
     raw = _read_sweep_fields(path)
@@ -233,6 +283,10 @@ def load_sweep(path: str) -> Sweep:
     overrides = _resolve_keys(raw.get("overrides", {}) or {}, base, "overrides")
     baseline = _check_baseline(raw, variants, path)
     variants = _with_matched(raw, variants, base, overrides, baseline)
+    variants, variant_seeds = _with_aa_arm(raw, variants, baseline, seeds, path)
+    _check_disjoint_seeds(seeds, variant_seeds, path)
+    first_seeds = {name: variant_seeds.get(name, seeds)[0] for name in variants}
+    aa_name = next(iter(variant_seeds), None)
     return Sweep(
         path=path,
         base=raw["base"],
@@ -245,6 +299,8 @@ def load_sweep(path: str) -> Sweep:
         eval_longer_than=longer_than,
         base_file=base_path,
         baseline=baseline,
-        lr_grid=check_lr_grid(raw, variants, path),
+        lr_grid=_grid_with_aa(raw, variants, path, first_seeds, baseline, aa_name),
         eval_score_references=_check_flag(raw, "eval_score_references", path),
+        aa_variant=aa_name,
+        variant_seeds=variant_seeds,
     )

@@ -1,0 +1,124 @@
+"""How many seeds a study needs: `transformer-sweep --plan GAP` reads a pilot sweep's finished
+runs and says, before any run of the full study starts, the seeds per arm with which the
+seed-aware test detects a true gap of GAP BLEU with 80% power, and what the study would cost.
+
+From the pilot (each arm at the learning rate it is reported at):
+- sigma^2: the between-run variance of test BLEU pooled over the arms with two or more runs
+  (each weighted by its runs - 1): steadier than any one arm's from a few seeds;
+- tau^2: the test-set term of the comparisons with the baseline (the median over variants),
+  the part of the noise that more seeds cannot shrink;
+- the cost of a run: the mean training + evaluation wall time of the finished runs.
+
+A comparison of two arms of n runs each then has SE = sqrt(2 sigma^2 / n + tau^2) and
+2 (n - 1) degrees of freedom; the minimum detectable difference follows from the noncentral
+t (scoring/seed_significance.py). The plan gives it at alpha 0.05 and at alpha / m, Holm's
+first step over the m variants, which the largest of m real gaps must pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+
+from transformer.common.errors import UserError
+from transformer.research.sweep.runs import Run, is_finished, read_status
+from transformer.research.sweep.spec import Sweep
+from transformer.research.sweep.versus_baseline import arm_scores_by_variant
+from transformer.scoring import seed_significance
+
+SEED_COUNTS = (2, 3, 5, 8, 10, 15, 20, 30)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pilot:
+    seed_variance: float
+    tau2: float
+    run_seconds: float | None
+    arms: int  # the study's arms: variants and the A/A arm
+    comparisons: int  # m: the variants Holm's correction runs over
+
+
+def read_pilot(sweep: Sweep, runs: list[Run]) -> Pilot:
+    """The variances and costs of the pilot sweep's finished runs."""
+    arms = arm_scores_by_variant(sweep, runs, metric="BLEU")
+    variance = seed_significance.pooled_seed_variance([a for a, _ in arms.values()])
+    if variance is None:
+        raise UserError(
+            "--plan needs a pilot with two or more finished runs in some arm (seeds); "
+            "run the sweep with at least 2 seeds first"
+        )
+    baseline = arms.get(sweep.baseline)
+    taus = [
+        seed_significance.test_set_variance(baseline[0], own)
+        for name, (own, _) in arms.items()
+        if baseline and name != sweep.baseline and own.runs >= 2 and baseline[0].runs >= 2
+    ]
+    walls = [_wall(r) for r in runs if is_finished(r)]
+    walls = [w for w in walls if w]
+    return Pilot(
+        seed_variance=variance,
+        tau2=statistics.median(taus) if taus else 0.0,
+        run_seconds=statistics.fmean(walls) if walls else None,
+        arms=len(sweep.variants),
+        comparisons=sum(1 for v in sweep.variants if v not in (sweep.baseline, sweep.aa_variant)),
+    )
+
+
+def _wall(run: Run) -> float | None:
+    status = read_status(run)
+    parts = [status.get("train_wall_s"), status.get("eval_wall_s")]
+    return sum(p for p in parts if p) or None
+
+
+def plan_lines(pilot: Pilot, gap: float) -> list[str]:
+    """The plan as printed: the pilot's figures, the seeds the gap needs, a table by seeds."""
+    holm_alpha = seed_significance.ALPHA / max(1, pilot.comparisons)
+    lines = [
+        f"pilot: between-seed sd {math.sqrt(pilot.seed_variance):.3f} BLEU (pooled over arms), "
+        f"test-set sd {math.sqrt(pilot.tau2):.3f} BLEU, {pilot.arms} arm(s), "
+        f"{pilot.comparisons} comparison(s) with the baseline"
+        + (f", {pilot.run_seconds:.0f} s per run" if pilot.run_seconds else ""),
+    ]
+    for label, alpha in (("per comparison", seed_significance.ALPHA), ("Holm", holm_alpha)):
+        lines.append(_needed_line(pilot, gap, label, alpha))
+    lines += [
+        "",
+        "| seeds per arm | MDD (alpha 0.05) | MDD (Holm) | runs | hours |",
+        "|---|---|---|---|---|",
+    ]
+    for n in SEED_COUNTS:
+        mdd = seed_significance.planned_minimum_detectable(n, pilot.seed_variance, pilot.tau2)
+        strict = seed_significance.planned_minimum_detectable(
+            n, pilot.seed_variance, pilot.tau2, holm_alpha
+        )
+        hours = _hours(pilot, n)
+        lines.append(f"| {n} | {mdd:.2f} | {strict:.2f} | {pilot.arms * n} | {hours} |")
+    return lines
+
+
+def _needed_line(pilot: Pilot, gap: float, label: str, alpha: float) -> str:
+    needed = seed_significance.seeds_for_gap(gap, pilot.seed_variance, pilot.tau2, alpha)
+    answer = (
+        str(needed)
+        if needed
+        else "not reachable: the test set's noise alone exceeds it; a larger test set is needed"
+    )
+    return f"seeds per arm to detect {gap:g} BLEU with 80% power ({label}, alpha {alpha:.4f}): " + (
+        answer + _cost(pilot, needed)
+    )
+
+
+def _cost(pilot: Pilot, seeds: int | None) -> str:
+    if not seeds or not pilot.run_seconds:
+        return ""
+    return (
+        f" ({pilot.arms * seeds} runs, {_hours(pilot, seeds)} h at the pilot's run time, "
+        "plus the learning-rate search's runs on each arm's first seed)"
+    )
+
+
+def _hours(pilot: Pilot, seeds: int) -> str:
+    if not pilot.run_seconds:
+        return ""
+    return f"{pilot.arms * seeds * pilot.run_seconds / 3600:.1f}"
