@@ -42,6 +42,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--retry_failed", action="store_true", help="rerun failed/diverged runs")
     parser.add_argument("--poll_s", type=float, default=DEFAULT_POLL_S,
                         help="seconds between progress checks")  # fmt: skip
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where the runs go: subprocesses here (local) or one Ray task each (ray)",
+    )
+    parser.add_argument(
+        "--ray_address",
+        help="the Ray cluster's HOST:PORT, 'auto' or 'local' (default: RAY_ADDRESS, else the "
+        "cluster started on this machine)",
+    )
+    parser.add_argument("--cpus_per_run", type=float, default=1, help="Ray: CPUs each run asks")
+    parser.add_argument("--gpus_per_run", type=float, default=0, help="Ray: GPUs each run asks")
     parser.add_argument("--readme", help="also put results.md into this README, between the "
                         "section's markers <!-- report:SECTION:start/end -->")  # fmt: skip
     parser.add_argument("--section", default="Sweep", help="README marker section name")
@@ -57,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _print_plan(runs: list[Run]) -> None:
+def _print_plan(sweep: Sweep, runs: list[Run]) -> None:
     """--dry_run: each run's state and the commands that would train and evaluate it."""
     for i, run in enumerate(runs, 1):
         state = (
@@ -69,6 +82,30 @@ def _print_plan(runs: list[Run]) -> None:
         if not run.config_error:
             print("    " + " ".join(run.train_command()[1:]))
             print("    " + " ".join(run.eval_command()[1:]))
+    if sweep.lr_grid:
+        print("(the learning-rate search plans further runs as these finish)")
+
+
+def _executor(args: argparse.Namespace):
+    """What runs a round of runs, with `execute`'s signature: `execute` itself (local), or
+    `execute_on_ray` with the --ray_* flags, where the cluster sets how many run at once."""
+    if args.executor == "local":
+        return execute
+    from transformer.research.sweep.ray_execution import execute_on_ray
+
+    def on_ray(runs, *, parallel=None, retry_failed=False, poll_s=DEFAULT_POLL_S, out=None):
+        del parallel  # the cluster's free CPUs/GPUs decide
+        return execute_on_ray(
+            runs,
+            address=args.ray_address,
+            cpus_per_run=args.cpus_per_run,
+            gpus_per_run=args.gpus_per_run,
+            retry_failed=retry_failed,
+            poll_s=poll_s,
+            out=out,
+        )
+
+    return on_ray
 
 
 def _run_sweep(args: argparse.Namespace, sweep: Sweep, parallel: int) -> list[Run]:
@@ -83,7 +120,7 @@ def _run_sweep(args: argparse.Namespace, sweep: Sweep, parallel: int) -> list[Ru
         header = f"sweep {args.config}: {len(runs)} run(s), {parallel} at a time"
         print(f"{header} -> {args.workdir}", flush=True)
         # The last round's counts cover every planned run, earlier rounds' included.
-        totals = execute(
+        totals = _executor(args)(
             runs, parallel=parallel, retry_failed=args.retry_failed, poll_s=args.poll_s
         )
         runs = plan_runs(sweep, args.workdir, args.only)
@@ -136,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.plan is not None:
             _print_study_plan(sweep, runs, args.plan)
         elif args.dry_run:
-            _print_plan(runs)
+            _print_plan(sweep, runs)
         else:
             _run_and_report(args, sweep, runs)
     except UserError as e:

@@ -2,6 +2,7 @@
 
     transformer-sweep --config configs/sweeps/architecture.py --workdir runs/sweep \
         [--only VARIANT ...] [--dry_run] [--report_only] [--parallel N] [--retry_failed]
+        [--executor ray [--ray_address HOST:PORT] [--cpus_per_run C] [--gpus_per_run G]]
 
 A sweep config is a Python file whose `get_config()` returns a dict (or a ConfigDict built with
 ``allow_dotted_keys=True``) with:
