@@ -59,7 +59,8 @@ def _ray_start(args, temp_dir):
            "--object-store-memory=100000000",
            f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
            f"--dashboard-agent-grpc-port={ports[2]}",
-           f"--dashboard-agent-listen-port={ports[3]}", f"--metrics-export-port={ports[4]}"]  # fmt: skip
+           f"--dashboard-agent-listen-port={ports[3]}",
+           f"--metrics-export-port={ports[4]}"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # fmt: skip
     try:
