@@ -43,7 +43,7 @@ def _simulated_arms(rng, runs: int, true_difference: float, interaction_sd: floa
     return arms
 
 
-@pytest.mark.parametrize("runs", [3, 5])
+@pytest.mark.parametrize("runs", [3, pytest.param(5, marks=pytest.mark.slow)])
 def test_the_level_is_5_percent_and_the_interval_covers_95_percent(runs):
     rng = np.random.default_rng(runs)
     rejected = sum(
@@ -57,6 +57,7 @@ def test_the_level_is_5_percent_and_the_interval_covers_95_percent(runs):
     assert 0.93 <= covered / SIMULATIONS <= 0.97
 
 
+@pytest.mark.slow
 def test_without_the_test_set_term_five_seeds_reject_a_true_null_too_often():
     # The planted fault: drop tau^2 (treat the test set as fixed) and the same simulation
     # rejects well above 5%: the arms' per-sentence fit is noise the seeds cannot show.
