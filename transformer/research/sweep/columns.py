@@ -1,7 +1,8 @@
 """The sweep's tables, each column defined once: its name in results.csv / runs.csv, its
-Markdown header (None: the CSV only), how its Markdown cell is written and when the Markdown
-table shows it. Both files and the Markdown table are rendered from these lists, so a new
-statistic is one `Column` entry here plus its value where `results.aggregate` builds a row.
+Markdown header (None: the CSV only), how its value is found, how its Markdown cell is
+written and when the Markdown table shows it. Both files and the Markdown table are rendered
+from the lists below, so a new statistic is one `Column` entry in one list, plus its value
+where `results.aggregate` builds a row (or a `value` function of the row's other figures).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from transformer.research.sweep.spec import Sweep
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """What a header or cell may depend on besides its own row."""
+    """What a header, a cell or whether a column is shown may depend on besides one row."""
 
     sweep: Sweep
     table: list[dict]  # every row of the table
@@ -33,11 +34,14 @@ def _always(context: Context) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Column:
+    """One column of a table, in the CSV and (with a header) in the Markdown table."""
+
     name: str  # the CSV field, and the row's key
-    header: str | Callable[[Context], str] | None = None  # None: CSV only
+    header: str | Callable[[Context], str] | None = None  # None: the CSV only
     cell: Callable[[dict, Context], str] | None = None  # default: the value by `spec`
-    spec: str = "{:.2f}"
-    shown: Callable[[Context], bool] = _always
+    spec: str = "{:.2f}"  # str.format of a plain cell; None is an empty cell
+    shown: Callable[[Context], bool] = _always  # whether the Markdown table has it
+    value: Callable[[dict], object] | None = None  # from the row's figures; default row[name]
 
     def title(self, context: Context) -> str:
         return self.header(context) if callable(self.header) else self.header
@@ -45,11 +49,22 @@ class Column:
     def text(self, row: dict, context: Context) -> str:
         if self.cell is not None:
             return self.cell(row, context)
-        return fmt(row.get(self.name), self.spec)
+        return fmt(row[self.name], self.spec)
 
 
 def fmt(value, spec: str = "{:.2f}") -> str:
     return "" if value is None else spec.format(value)
+
+
+def complete(columns: list[Column], row: dict) -> dict:
+    """The row with every column's value: a `value` column's computed from the row's other
+    figures, None for a figure it lacks (a baseline has no difference to itself). Both
+    renderings then read each column by its name alone."""
+    out = {c.name: None for c in columns} | row
+    for c in columns:
+        if c.value is not None:
+            out[c.name] = c.value(out)
+    return out
 
 
 def write_csv(path: str, columns: list[Column], rows: list[dict]) -> None:
@@ -136,6 +151,10 @@ def _longer_header(context: Context) -> str:
     return f"BLEU, source > {over} tokens" + (f" ({n} sent.)" if n else "")
 
 
+def _perplexity_header(context: Context) -> str:
+    return f"{context.sweep.eval_split} perplexity"
+
+
 def _learning_rate(row: dict, context: Context) -> str:
     """'0.004 (x2, top of grid)': the chosen rate, flagged at the search's cap; 'untuned'
     for a variant outside the lr_grid."""
@@ -161,39 +180,19 @@ def _done(row: dict, context: Context) -> str:
     return f"{row['done']}/{row['runs']}"
 
 
+# When the Markdown table shows a column: only where the sweep measures it.
+
+
 def _has_longer(context: Context) -> bool:
     return context.sweep.eval_longer_than is not None
 
 
 def _has_perplexity(context: Context) -> bool:
-    return context.sweep.eval_score_references
+    return bool(context.sweep.eval_score_references)
 
 
 def _has_grid(context: Context) -> bool:
     return bool(context.sweep.lr_grid)
-
-
-def _versus(metric: str) -> list[Column]:
-    """The CSV columns of one metric's two comparisons with the baseline."""
-    seed_aware = [f"{metric}_{k}" for k in ("delta", "delta_low", "delta_high", "p", "p_holm")]
-    extra = [f"{metric}_{k}" for k in ("significant", "mdd", "df", "test_set_se")]
-    sentence = [f"{metric}_sentence_{k}" for k in ("delta", "delta_low", "delta_high", "p")]
-    return [Column(name) for name in seed_aware + extra + sentence]
-
-
-def _bleu_versus() -> list[Column]:
-    """BLEU's comparison columns, those of them the Markdown table shows among them."""
-    shown = {
-        "bleu_delta": Column(
-            "bleu_delta", "ΔBLEU vs baseline, seeds + test set [95% CI]", _seed_aware_delta
-        ),
-        "bleu_p": Column("bleu_p", "p (Holm)", _seed_aware_p),
-        "bleu_mdd": Column("bleu_mdd", "MDD 80%"),
-        "bleu_sentence_delta": Column(
-            "bleu_sentence_delta", "ΔBLEU, test set only [95% CI] (sacreBLEU p)", _sentence_delta
-        ),
-    }
-    return [shown.get(c.name, c) for c in _versus("bleu")]
 
 
 # The per-variant table: results.csv, and results.md's columns in this order.
@@ -205,8 +204,35 @@ TABLE: list[Column] = [
     Column("bleu_std", "seed sd"),
     Column("bleu_tci"),
     Column("chrf_mean", "chrF"),
-    *_bleu_versus(),
-    *_versus("chrf"),
+    # BLEU against the baseline by the seed-aware test (versus_baseline.py) ...
+    Column("bleu_delta", "ΔBLEU vs baseline, seeds + test set [95% CI]", _seed_aware_delta),
+    Column("bleu_delta_low"),
+    Column("bleu_delta_high"),
+    Column("bleu_p", "p (Holm)", _seed_aware_p),
+    Column("bleu_p_holm"),
+    Column("bleu_significant"),
+    Column("bleu_mdd", "MDD 80%"),
+    Column("bleu_df"),
+    Column("bleu_test_set_se"),
+    # ... and by sacreBLEU's paired bootstrap over the pooled seeds (test-set noise only).
+    Column("bleu_sentence_delta", "ΔBLEU, test set only [95% CI] (sacreBLEU p)", _sentence_delta),
+    Column("bleu_sentence_delta_low"),
+    Column("bleu_sentence_delta_high"),
+    Column("bleu_sentence_p"),
+    # chrF's two comparisons, in results.csv only.
+    Column("chrf_delta"),
+    Column("chrf_delta_low"),
+    Column("chrf_delta_high"),
+    Column("chrf_p"),
+    Column("chrf_p_holm"),
+    Column("chrf_significant"),
+    Column("chrf_mdd"),
+    Column("chrf_df"),
+    Column("chrf_test_set_se"),
+    Column("chrf_sentence_delta"),
+    Column("chrf_sentence_delta_low"),
+    Column("chrf_sentence_delta_high"),
+    Column("chrf_sentence_p"),
     Column("versus_baseline_lr_scale"),
     Column(
         "longer_bleu_mean",
@@ -217,11 +243,7 @@ TABLE: list[Column] = [
     Column("longer_bleu_std"),
     Column("longer_sentences"),
     Column("best_valid_loss", "best valid loss", spec="{:.3f}"),
-    Column(
-        "test_perplexity",
-        lambda context: f"{context.sweep.eval_split} perplexity",
-        shown=_has_perplexity,
-    ),
+    Column("test_perplexity", _perplexity_header, shown=_has_perplexity),
     Column("learning_rate", "lr (best on valid)", _learning_rate),
     Column("lr_scale"),
     Column("lr_sensitivity", "valid-loss spread over lr grid", _sensitivity, shown=_has_grid),
@@ -238,10 +260,27 @@ TABLE: list[Column] = [
 
 # One row per run: runs.csv.
 RUNS: list[Column] = [
-    Column(name)
-    for name in (
-        "variant", "seed", "lr_scale", "learning_rate", "reported", "status", "bleu", "chrf",
-        "bleu_delta", "bleu_p", "longer_bleu", "best_valid_loss", "final_valid_loss",
-        "test_perplexity", "params", "flops_per_token", "tokens_per_s", "wall_s", "error",
-    )
-]  # fmt: skip
+    Column("variant"),
+    Column("seed"),
+    Column("lr_scale"),
+    Column("learning_rate"),
+    Column("reported"),
+    Column("status"),
+    Column("bleu"),
+    Column("chrf"),
+    Column("bleu_delta"),
+    Column("bleu_p"),
+    Column("longer_bleu"),
+    Column("best_valid_loss"),
+    Column("final_valid_loss"),
+    Column("test_perplexity"),
+    Column("params"),
+    Column("flops_per_token"),
+    Column("tokens_per_s"),
+    Column("wall_s"),
+    Column("error"),
+]
+
+# One row per (variant, learning-rate grid point): lr_grid.csv. Its Markdown table has a
+# column per grid point instead (lr_grid.markdown).
+LR_GRID: list[Column] = [Column(name) for name in lr_grid.CSV_COLUMNS]

@@ -69,23 +69,25 @@ def _std(values):
     return statistics.stdev(values) if len(values) >= 2 else None
 
 
-def _versus_columns(comparison: dict | None) -> dict:
+def _versus_values(comparison: dict | None) -> dict:
     """Both comparisons with the baseline, per metric: the seed-aware test's difference,
     interval, p, Holm's p, significance, MDD, df and test-set SE; sacreBLEU's pooled paired
-    bootstrap's difference, interval and p (test-set noise only)."""
-    out = {"versus_baseline_lr_scale": comparison["baseline_scale"] if comparison else None}
+    bootstrap's difference, interval and p (test-set noise only). None (the baseline, or no
+    finished baseline run to meet): the row leaves these columns empty."""
+    if comparison is None:
+        return {}
+    out = {"versus_baseline_lr_scale": comparison["baseline_scale"]}
     for metric in ("BLEU", "chrF"):
         key = metric.lower()
-        seed_aware = comparison["seed_aware"][metric] if comparison else None
-        out.update(_seed_aware_values(key, seed_aware, comparison, metric))
-        out.update(_sentence_values(key, comparison["pooled"][metric] if comparison else None))
+        out.update(_seed_aware_values(key, comparison, metric))
+        out.update(_sentence_values(key, comparison["pooled"][metric]))
     return out
 
 
-def _seed_aware_values(key: str, d, comparison: dict | None, metric: str) -> dict:
-    if d is None:
-        names = ("delta", "delta_low", "delta_high", "p", "p_holm", "significant", "mdd", "df")
-        return {f"{key}_{n}": None for n in (*names, "test_set_se")}
+def _seed_aware_values(key: str, comparison: dict, metric: str) -> dict:
+    d = comparison["seed_aware"][metric]
+    if d is None:  # an arm with one run: no seed-aware test
+        return {}
     return {
         f"{key}_delta": d.difference,
         f"{key}_delta_low": d.interval[0],
@@ -100,11 +102,12 @@ def _seed_aware_values(key: str, d, comparison: dict | None, metric: str) -> dic
 
 
 def _sentence_values(key: str, d) -> dict:
-    names = ("delta", "delta_low", "delta_high", "p")
-    if d is None:
-        return {f"{key}_sentence_{n}": None for n in names}
-    values = (d.difference, d.interval[0], d.interval[1], d.p_value)
-    return {f"{key}_sentence_{n}": v for n, v in zip(names, values, strict=True)}
+    return {
+        f"{key}_sentence_delta": d.difference,
+        f"{key}_sentence_delta_low": d.interval[0],
+        f"{key}_sentence_delta_high": d.interval[1],
+        f"{key}_sentence_p": d.p_value,
+    }
 
 
 def _per_seed_versus(per_run: list[dict], comparisons: dict) -> None:
@@ -167,14 +170,13 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
         rows = [r for r in per_run if r["variant"] == name and r["reported"]]
         if rows:
             plain = next((r for r in runs if r.variant == name and r.lr_scale == 1), None)
-            table.append(
-                {
-                    **_variant_values(sweep, name, rows),
-                    **_versus_columns(comparisons.get(name)),
-                    **_lr_columns(choices.get(name), plain),
-                }
-            )
-    return table, per_run
+            values = {
+                **_variant_values(sweep, name, rows),
+                **_versus_values(comparisons.get(name)),
+                **_lr_columns(choices.get(name), plain),
+            }
+            table.append(columns.complete(columns.TABLE, values))
+    return table, [columns.complete(columns.RUNS, r) for r in per_run]
 
 
 def _variant_values(sweep: Sweep, name: str, rows: list[dict]) -> dict:
@@ -221,9 +223,8 @@ def write_report(sweep: Sweep, runs: list[Run], workdir: str) -> list[dict]:
     plots.plot_bleu(sweep, table, workdir)
     plots.plot_length_curves(sweep, reported, workdir)
     if choices:
-        lr_columns = [columns.Column(name) for name in lr_grid.CSV_COLUMNS]
         grid_csv = os.path.join(workdir, "lr_grid.csv")
-        columns.write_csv(grid_csv, lr_columns, lr_grid.csv_rows(choices))
+        columns.write_csv(grid_csv, columns.LR_GRID, lr_grid.csv_rows(choices))
         plots.plot_lr_curves(choices, workdir)
     return table
 
