@@ -38,12 +38,12 @@ from transformer.model.attention import Attention
 from transformer.model.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.position import (
-    RelativePositionBias,
     alibi_bias,
     alibi_slopes,
     apply_rope,
     relative_position_bucket,
 )
+from transformer.model.position_schemes import Rotary, T5Relative
 from transformer.training import steps
 from transformer.training.loss import cross_entropy
 
@@ -53,6 +53,17 @@ BOS = BOS_ID
 
 def tiny(**overrides) -> ModelConfig:
     return tiny_model_config(**{"vocab_size": VOCAB, **overrides})
+
+
+ROPE_BASE = ModelConfig.rope_base  # the default; the naive rotation below uses it
+
+
+def rope(positions):
+    """The RoPE scheme's rotation at positions [B, T] (None: no rotation)."""
+    if positions is None:
+        return None
+    scheme = Rotary(tiny(position="rope"), causal=False, rngs=nnx.Rngs(0))
+    return scheme.rotation(jnp.asarray(positions))
 
 
 def assign_named_params(module: nnx.Module) -> nnx.Module:
@@ -112,7 +123,7 @@ def naive_attention(attn: Attention, x, y, allowed, bias=None, q_pos=None, k_pos
     k = dense_np(y, attn.key).reshape(b, s, kv, d)
     v = dense_np(y, attn.value).reshape(b, s, kv, d)
     if q_pos is not None:
-        q, k = naive_rope(q, q_pos, attn.rope_base), naive_rope(k, k_pos, attn.rope_base)
+        q, k = naive_rope(q, q_pos, ROPE_BASE), naive_rope(k, k_pos, ROPE_BASE)
     group = h // kv
     k_per_head = k[:, :, [i // group for i in range(h)]]  # [B, S, H, D]
     v_per_head = v[:, :, [i // group for i in range(h)]]
@@ -186,10 +197,10 @@ def compare_with_naive(attn, x, y, mask_np, bias, q_pos=None, k_pos=None):
     out, probs = attend_capturing(
         attn,
         jnp.asarray(x, jnp.float32),
-        attn.project_kv(jnp.asarray(y, jnp.float32), k_pos),
+        attn.project_kv(jnp.asarray(y, jnp.float32), rope(k_pos)),
         mask=jnp.asarray(mask_np),
         bias=jnp.asarray(bias, jnp.float32),
-        rope_positions=q_pos,
+        rotate=rope(q_pos),
         keys=None,
     )
     want_out, want_probs = naive_attention(
@@ -273,10 +284,10 @@ def test_grouped_kv_equals_mha_with_repeated_kv_heads(num_kv_heads):
         out, probs = attend_capturing(
             attn,
             x,
-            attn.project_kv(x, positions),
+            attn.project_kv(x, rope(positions)),
             mask=mask,
             bias=None,
-            rope_positions=positions,
+            rotate=rope(positions),
             keys=None,
         )
         outs.append((np.asarray(out), np.asarray(probs)))
@@ -426,15 +437,12 @@ def test_t5_buckets_match_hand_derived_values(bidirectional):
 
 
 def test_relative_bias_gathers_bucket_row_per_head():
-    module = assign_named_params(
-        RelativePositionBias(
-            3, bidirectional=True, num_buckets=8, max_distance=20, rngs=nnx.Rngs(0)
-        )
-    )
+    cfg = tiny(num_heads=3, d_model=12, relative_buckets=8, relative_max_distance=20)
+    module = assign_named_params(T5Relative(cfg, causal=False, rngs=nnx.Rngs(0)))
     table = np.asarray(module.embedding[...])  # [buckets, H]
     q_pos = np.array([[0, 1, 2, 3], [0, 10, 20, 30]])  # [B, Tq]
     k_pos = np.array([[0, 1, 2, 3, 4], [5, 0, 40, 25, 1]])  # [B, Tk]
-    got = np.asarray(module(jnp.asarray(q_pos), jnp.asarray(k_pos)))  # [B, H, Tq, Tk]
+    got = np.asarray(module.bias(jnp.asarray(q_pos), jnp.asarray(k_pos)))  # [B, H, Tq, Tk]
     for b, i, j in itertools.product(range(2), range(4), range(5)):
         bucket = t5_bucket(int(k_pos[b, j] - q_pos[b, i]), True, 8, 20)
         np.testing.assert_allclose(got[b, :, i, j], table[bucket], rtol=1e-6)

@@ -174,7 +174,7 @@ def test_schedules_peak_at_the_end_of_warmup_and_cosine_ends_at_zero():
 # ------------------------------------------------------------------- 3. weight decay
 
 
-DECAYED = ("kernel", "embedding", "src_positions", "tgt_positions")  # matrices and tables
+DECAYED = ("kernel", "embedding", "table")  # matrices and tables
 NOT_DECAYED = ("bias", "scale")  # biases and norm scales
 
 

@@ -16,7 +16,7 @@ from flax import nnx
 
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.layers import Dense, _dtype
-from transformer.model.position import apply_rope
+from transformer.model.position_schemes import Rotation
 
 NEG_INF = -1e9  # additive mask value; softmax runs in float32 so this cannot overflow
 
@@ -91,7 +91,6 @@ class Attention(nnx.Module):
         self.num_heads = cfg.num_heads
         self.kv_heads = cfg.kv_heads
         self.head_dim = cfg.head_dim
-        self.rope_base = cfg.rope_base
         self.attention_dropout_rate = cfg.attention_dropout_rate
         self.attention_impl = cfg.attention_impl
         common = dict(use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs)
@@ -107,30 +106,31 @@ class Attention(nnx.Module):
         self.decode_qkv = nnx.data(None)
 
     def project_kv(
-        self, x: jax.Array, positions: jax.Array | None = None
+        self, x: jax.Array, rotate: Rotation | None = None
     ) -> tuple[jax.Array, jax.Array]:
-        """x [B, S, d] -> keys, values [B, K, S, D]; RoPE-rotated at positions when given."""
+        """x [B, S, d] -> keys, values [B, K, S, D]; keys rotated by `rotate` when given (the
+        positional scheme's rotation at the keys' positions)."""
         b, s, _ = x.shape
         k = self.key(x).reshape(b, s, self.kv_heads, self.head_dim)
         v = self.value(x).reshape(b, s, self.kv_heads, self.head_dim)
-        if positions is not None:
-            k = apply_rope(k, positions, self.rope_base)
+        if rotate is not None:
+            k = rotate(k)
         return k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
-    def project_q(self, x: jax.Array, positions: jax.Array | None = None) -> jax.Array:
+    def project_q(self, x: jax.Array, rotate: Rotation | None = None) -> jax.Array:
         b, t, _ = x.shape
         q = self.query(x).reshape(b, t, self.num_heads, self.head_dim)
-        if positions is not None:
-            q = apply_rope(q, positions, self.rope_base)
+        if rotate is not None:
+            q = rotate(q)
         return q
 
     def project_qkv(
-        self, x: jax.Array, positions: jax.Array | None = None
+        self, x: jax.Array, rotate: Rotation | None = None
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         """Self-attention's projections of x [B, T, d]: (queries [B, T, H, D], (keys, values)
         [B, K, T, D]), in one product when decode_qkv is set."""
         if self.decode_qkv is None:
-            return self.project_q(x, positions), self.project_kv(x, positions)
+            return self.project_q(x, rotate), self.project_kv(x, rotate)
         b, t, _ = x.shape
         q_width, kv_width = self.num_heads * self.head_dim, self.kv_heads * self.head_dim
         qkv = self.decode_qkv(x, self.query.dtype)  # [B, T, q_width + 2 kv_width]
@@ -138,9 +138,8 @@ class Attention(nnx.Module):
         q = q.reshape(b, t, self.num_heads, self.head_dim)
         k = k.reshape(b, t, self.kv_heads, self.head_dim)
         v = v.reshape(b, t, self.kv_heads, self.head_dim)
-        if positions is not None:
-            q = apply_rope(q, positions, self.rope_base)
-            k = apply_rope(k, positions, self.rope_base)
+        if rotate is not None:
+            q, k = rotate(q), rotate(k)
         return q, (k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
 
     def __call__(
@@ -150,7 +149,7 @@ class Attention(nnx.Module):
         *,
         mask: jax.Array | None,
         bias: jax.Array | None,
-        rope_positions: jax.Array | None,
+        rotate: Rotation | None,
         keys: KeySeq | None,
         q: jax.Array | None = None,
     ) -> jax.Array:
@@ -164,7 +163,7 @@ class Attention(nnx.Module):
         row within a group. Returns the output [R, T, d].
         """
         if q is None:
-            q = self.project_q(x, rope_positions)  # [R, T, H, D]
+            q = self.project_q(x, rotate)  # [R, T, H, D]
         rows, t = q.shape[:2]
         group = rows // kv[0].shape[0]
         if group > 1:  # rows b * group + j share element b's keys/values: one query block

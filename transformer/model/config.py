@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from transformer.model.position_schemes import SCHEMES, scheme_names
+
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
 NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
-POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
+POSITIONS = scheme_names()  # the built-in schemes; position_schemes.register adds more
 DTYPES = ("float32", "bfloat16")
 # einsum: this package's attention (attention.attend); xla / cudnn: jax.nn.dot_product_attention
 # with that implementation (cudnn: fused flash attention on NVIDIA GPUs, bfloat16 only).
@@ -90,7 +92,7 @@ class ModelConfig:
             ("activation", ACTIVATIONS),
             ("norm_position", NORM_POSITIONS),
             ("norm_type", NORM_TYPES),
-            ("position", POSITIONS),
+            ("position", scheme_names()),
             ("dtype", DTYPES),
             ("attention_impl", ATTENTION_IMPLS),
         ):
@@ -103,18 +105,12 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-        if self.position == "rope" and self.head_dim % 2:
-            raise ValueError(
-                f"position='rope' needs an even head dimension, got d_model/num_heads="
-                f"{self.head_dim}; change d_model or num_heads"
-            )
         if self.attention_impl == "cudnn" and self.dtype != "bfloat16":
             raise ValueError(
                 "attention_impl='cudnn' needs dtype='bfloat16' (cuDNN's fused attention has no "
                 "float32 kernel); set model.dtype or use attention_impl='xla'"
             )
-        if self.position == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"position='sinusoidal' needs an even d_model, got {self.d_model}")
+        SCHEMES[self.position].check(self)
 
     @property
     def kv_heads(self) -> int:

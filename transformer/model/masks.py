@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -12,11 +13,12 @@ from transformer.common.special_ids import BOS_ID, PAD_ID
 
 @dataclasses.dataclass(frozen=True)
 class SelfAttentionInputs:
-    """What every layer of a stack shares: mask [B, 1, T, S], bias [B, H, T, S], RoPE positions."""
+    """What every layer of a stack shares: mask [B, 1, T, S], the positional scheme's bias
+    [B, H, T, S] and its rotation of queries and keys (position_schemes)."""
 
     mask: jax.Array
     bias: jax.Array | None
-    rope_positions: jax.Array | None
+    rotate: Callable[[jax.Array], jax.Array] | None
 
 
 def default_segments(tokens, segments=None, positions=None):

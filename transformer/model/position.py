@@ -1,4 +1,5 @@
-"""Positional schemes: sinusoidal and learned tables, RoPE, ALiBi and T5 relative bias.
+"""The formulas of the positional schemes: sinusoids, RoPE, ALiBi slopes and T5 buckets
+(position_schemes holds the schemes that use them).
 
 Every scheme works from explicit integer positions (not array indices), so packed rows
 (positions restart at each segment) and cached decoding (positions continue from the cache
@@ -11,7 +12,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 
 def sinusoids(positions: jax.Array, d_model: int) -> jax.Array:
@@ -100,34 +100,3 @@ def relative_position_bucket(
     large = max_exact + (log_ratio * (num_buckets - max_exact)).astype(jnp.int32)
     large = jnp.minimum(large, num_buckets - 1)
     return bucket + jnp.where(is_small, n, large)
-
-
-class RelativePositionBias(nnx.Module):
-    """T5-style learned bias per (bucketed relative position, head), shared by a stack's layers."""
-
-    def __init__(
-        self,
-        num_heads: int,
-        *,
-        bidirectional: bool,
-        num_buckets: int,
-        max_distance: int,
-        rngs: nnx.Rngs,
-    ):
-        self.bidirectional = bidirectional
-        self.num_buckets = num_buckets
-        self.max_distance = max_distance
-        init = nnx.initializers.normal(stddev=num_heads**-0.5)
-        self.embedding = nnx.Param(init(rngs.params(), (num_buckets, num_heads), jnp.float32))
-
-    def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
-        """q [B, Tq], k [B, Tk] -> bias [B, H, Tq, Tk]."""
-        relative = k_positions[:, None, :] - q_positions[:, :, None]  # [B, Tq, Tk]
-        buckets = relative_position_bucket(
-            relative,
-            bidirectional=self.bidirectional,
-            num_buckets=self.num_buckets,
-            max_distance=self.max_distance,
-        )
-        bias = self.embedding[...][buckets]  # [B, Tq, Tk, H]
-        return jnp.transpose(bias, (0, 3, 1, 2))

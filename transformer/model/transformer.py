@@ -19,7 +19,7 @@ from transformer.model.attention import Attention
 from transformer.model.config import ModelConfig
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.layers import Dense, Embed, FeedForward, Norm, _dtype
-from transformer.model.position import RelativePositionBias, alibi_bias, sinusoids
+from transformer.model.position_schemes import SCHEMES, PositionScheme
 
 Cache = list[dict[str, jax.Array]]  # per decoder layer: {'k', 'v'} [B, K, max_len, D]
 
@@ -47,14 +47,9 @@ class EncoderBlock(nnx.Module):
 
     def __call__(self, x, ctx: masks.SelfAttentionInputs, keys):
         def self_attend(h):
-            kv = self.self_attention.project_kv(h, ctx.rope_positions)
+            kv = self.self_attention.project_kv(h, ctx.rotate)
             return self.self_attention(
-                h,
-                kv,
-                mask=ctx.mask,
-                bias=ctx.bias,
-                rope_positions=ctx.rope_positions,
-                keys=keys,
+                h, kv, mask=ctx.mask, bias=ctx.bias, rotate=ctx.rotate, keys=keys
             )
 
         x = self.attention_sublayer(x, self_attend, keys)
@@ -87,25 +82,19 @@ class DecoderBlock(nnx.Module):
 
         def self_attend(h):
             nonlocal new_cache
-            q, (k, v) = self.self_attention.project_qkv(h, ctx.rope_positions)  # k, v [B, K, T, D]
+            q, (k, v) = self.self_attention.project_qkv(h, ctx.rotate)  # k, v [B, K, T, D]
             if cache is not None:
                 start = (0, 0, cache_index, 0)
                 k = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
                 v = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), start)
                 new_cache = {"k": k, "v": v}
             return self.self_attention(
-                h,
-                (k, v),
-                mask=ctx.mask,
-                bias=ctx.bias,
-                rope_positions=ctx.rope_positions,
-                keys=keys,
-                q=q,
+                h, (k, v), mask=ctx.mask, bias=ctx.bias, rotate=ctx.rotate, keys=keys, q=q
             )
 
         def cross_attend(h):
             return self.cross_attention(
-                h, cross_kv, mask=cross_mask, bias=None, rope_positions=None, keys=keys
+                h, cross_kv, mask=cross_mask, bias=None, rotate=None, keys=keys
             )
 
         x = self.self_sublayer(x, self_attend, keys)
@@ -128,10 +117,10 @@ class Transformer(nnx.Module):
         self.tgt_embed = (
             None if cfg.share_embeddings else Embed(cfg.vocab_size, cfg.d_model, rngs=rngs)
         )
-        self.src_positions = self._learned_positions(cfg, rngs)
-        self.tgt_positions = self._learned_positions(cfg, rngs)
-        self.encoder_relative = self._relative_bias(cfg, bidirectional=True, rngs=rngs)
-        self.decoder_relative = self._relative_bias(cfg, bidirectional=False, rngs=rngs)
+        # The positional scheme of each stack's self-attention (position_schemes).
+        scheme = SCHEMES[cfg.position]
+        self.encoder_positions: PositionScheme = scheme(cfg, causal=False, rngs=rngs)
+        self.decoder_positions: PositionScheme = scheme(cfg, causal=True, rngs=rngs)
         # Set from outside (train.remat='block'): each block's activations are recomputed in
         # the backward pass instead of kept, trading compute for memory. Off: not traced.
         self.remat_blocks = False
@@ -160,57 +149,35 @@ class Transformer(nnx.Module):
             else Dense(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=jnp.float32, rngs=rngs)
         )
 
-    @staticmethod
-    def _learned_positions(cfg, rngs):
-        if cfg.position != "learned":
-            return None
-        init = nnx.initializers.normal(stddev=0.02)
-        return nnx.Param(init(rngs.params(), (cfg.max_len, cfg.d_model), jnp.float32))
-
-    @staticmethod
-    def _relative_bias(cfg, *, bidirectional, rngs):
-        if cfg.position != "relative":
-            return None
-        return RelativePositionBias(
-            cfg.num_heads,
-            bidirectional=bidirectional,
-            num_buckets=cfg.relative_buckets,
-            max_distance=cfg.relative_max_distance,
-            rngs=rngs,
-        )
-
     # ----------------------------------------------------------------------------- embedding
 
     @property
     def target_embedding(self) -> Embed:
         return self.src_embed if self.tgt_embed is None else self.tgt_embed
 
-    def _embed(self, tokens, positions, embed: Embed, table, keys):
-        """Scaled token embedding plus absolute positions (sinusoidal / learned)."""
-        cfg = self.cfg
-        x = embed(tokens) * math.sqrt(cfg.d_model)  # [B, T, d] float32
-        if cfg.position == "sinusoidal":
-            x = x + sinusoids(positions, cfg.d_model)
-        elif cfg.position == "learned":
-            x = x + jnp.take(table[...], positions, axis=0)
-        return dropout(x, cfg.dropout_rate, keys)  # residual stream stays float32
+    def _embed(self, tokens, positions, embed: Embed, scheme: PositionScheme, keys):
+        """Scaled token embedding plus what the positional scheme adds to it."""
+        x = embed(tokens) * math.sqrt(self.cfg.d_model)  # [B, T, d] float32
+        x = scheme.embed(x, positions)
+        return dropout(x, self.cfg.dropout_rate, keys)  # residual stream stays float32
 
-    def _check_length(self, length: int, what: str):
-        if self.cfg.position == "learned" and length > self.cfg.max_len:
+    @staticmethod
+    def _check_length(length: int, what: str, scheme: PositionScheme):
+        limit = scheme.max_length
+        if limit is not None and length > limit:
             raise ValueError(
-                f"{what} length {length} exceeds max_len={self.cfg.max_len} of the learned "
-                f"position table; truncate the input or raise model.max_len"
+                f"{what} length {length} exceeds the {limit} positions of position="
+                f"{scheme.name!r} (model.max_len={limit}); truncate the input or raise "
+                "model.max_len"
             )
 
-    def _position_bias(self, relative: RelativePositionBias | None, q_pos, k_pos):
-        if self.cfg.position == "alibi":
-            return alibi_bias(q_pos, k_pos, self.cfg.num_heads)
-        if self.cfg.position == "relative":
-            return relative(q_pos, k_pos)
-        return None
-
-    def _rope(self, positions):
-        return positions if self.cfg.position == "rope" else None
+    @staticmethod
+    def _self_attention_inputs(scheme: PositionScheme, mask, q_positions, k_positions):
+        return masks.SelfAttentionInputs(
+            mask=mask,
+            bias=scheme.bias(q_positions, k_positions),
+            rotate=scheme.rotation(q_positions),
+        )
 
     # -------------------------------------------------------------------------------- encoder
 
@@ -223,14 +190,12 @@ class Transformer(nnx.Module):
         keys: KeySeq | None = None,
     ) -> jax.Array:
         """src [B, S] -> encoder output [B, S, d]."""
-        self._check_length(src.shape[1], "source")
+        scheme = self.encoder_positions
+        self._check_length(src.shape[1], "source", scheme)
         src_segments, src_positions = masks.default_segments(src, src_segments, src_positions)
-        x = self._embed(src, src_positions, self.src_embed, self.src_positions, keys)
-        ctx = masks.SelfAttentionInputs(
-            mask=masks.segment_mask(src_segments, src_segments),
-            bias=self._position_bias(self.encoder_relative, src_positions, src_positions),
-            rope_positions=self._rope(src_positions),
-        )
+        x = self._embed(src, src_positions, self.src_embed, scheme, keys)
+        mask = masks.segment_mask(src_segments, src_segments)
+        ctx = self._self_attention_inputs(scheme, mask, src_positions, src_positions)
         for layer in self.encoder_layers:
             x = self._maybe_remat(lambda block, h: block(h, ctx, keys))(layer, x)
         if self.encoder_norm is not None:
@@ -268,7 +233,7 @@ class Transformer(nnx.Module):
         tgt_segments, tgt_positions, ctx = self._decoder_self_attention_inputs(
             tgt_in, tgt_segments, tgt_positions, cache, cache_index
         )
-        x = self._embed(tgt_in, tgt_positions, self.target_embedding, self.tgt_positions, keys)
+        x = self._embed(tgt_in, tgt_positions, self.target_embedding, self.decoder_positions, keys)
         if src_segments.shape[0] == tgt_in.shape[0]:
             cross_mask = masks.segment_mask(tgt_segments, src_segments)  # [B, 1, T, S]
         elif cache is not None:  # beams/samples per source: cross_kv and segments per source
@@ -307,7 +272,7 @@ class Transformer(nnx.Module):
         """(target segments [B, T], target positions [B, T], self-attention mask/bias/RoPE)."""
         b, t = tgt_in.shape
         if cache is None:
-            self._check_length(t, "target")
+            self._check_length(t, "target", self.decoder_positions)
             tgt_segments, tgt_positions = masks.default_segments(
                 tgt_in, tgt_segments, tgt_positions
             )
@@ -320,10 +285,8 @@ class Transformer(nnx.Module):
             k_positions = jnp.broadcast_to(jnp.arange(cache_len), (b, cache_len))
             # The cache is the only mask needed: slot j is filled iff j <= the query's position.
             self_mask = (k_positions[:, None, :] <= tgt_positions[:, :, None])[:, None]
-        ctx = masks.SelfAttentionInputs(
-            mask=self_mask,
-            bias=self._position_bias(self.decoder_relative, tgt_positions, k_positions),
-            rope_positions=self._rope(tgt_positions),
+        ctx = self._self_attention_inputs(
+            self.decoder_positions, self_mask, tgt_positions, k_positions
         )
         return tgt_segments, tgt_positions, ctx
 
