@@ -39,17 +39,17 @@ def decode_setup(config, mode: str, length: int, common) -> DecodeSetup:
     from flax import nnx
 
     from transformer.data import EOS_ID
-    from transformer.inference.translator import DecodeSettings
     from transformer.model.transformer import Transformer
     from transformer.training import run_config
 
-    model_cfg = run_config.validate(config)
+    validated = run_config.validate(config)
+    model_cfg = validated.model
     if length < 1 or length > model_cfg.max_len:
         raise UserError(f"--decode_len must be in [1, model.max_len={model_cfg.max_len}]")
     graphdef, params = nnx.split(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), nnx.Param)
     rows, s_len = int(config.decode.batch_size), int(config.data.max_source_len)
     src = jnp.asarray(common.random_sources(1, rows, s_len, model_cfg.vocab_size, EOS_ID))
     forced = common.forced_length_overrides(mode, length, rows)
-    settings = dataclasses.replace(DecodeSettings.from_config(config.decode), **forced)
+    settings = dataclasses.replace(validated.decode, **forced)
     return DecodeSetup(graphdef, params, model_cfg, src, jnp.arange(rows, dtype=jnp.int32),
                        settings, length)  # fmt: skip

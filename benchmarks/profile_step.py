@@ -74,7 +74,7 @@ def build_step(config):
     from transformer.training.optim import make_optimizer
     from transformer.training.steps import init_state, make_train_step
 
-    model_cfg = run_config.validate(config)
+    model_cfg = run_config.validate(config).model
     optimizer, schedule = make_optimizer(config.train)
     graphdef, state = init_state(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), optimizer)
     step = jax.jit(make_train_step(graphdef, optimizer, schedule, config.train), donate_argnums=0)

@@ -173,7 +173,8 @@ def main(argv):
     from transformer.training import run_config
 
     config = load_config_flag()
-    model_cfg = run_config.validate(config)
+    settings = run_config.validate(config)
+    model_cfg = settings.model
     what = [w.strip() for w in FLAGS.what.split(",") if w.strip()]
     unknown = sorted(set(what) - set(WHAT))
     if unknown or not what:
@@ -196,7 +197,7 @@ def main(argv):
         print(f"JAX Transformer throughput ({model_cfg.dtype}, random init)")
         print("  " + "  ".join(f"{k}={v}" for k, v in info.items()), flush=True)
         print(f"{'figure':<36} {'value':>12} {'unit':<14} {'impl':<14} details", flush=True)
-    bench = Bench(config, model_cfg, FLAGS)
+    bench = Bench(config, settings, FLAGS)
     start = time.perf_counter()
     for part, run_part in PARTS.items():
         if part in what:

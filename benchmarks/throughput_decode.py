@@ -89,17 +89,16 @@ def _cached_decoders(bench: Bench, graphdef, params, src, lengths, timing) -> di
     import jax.numpy as jnp
     import numpy as np
 
-    from transformer.inference.translator import DecodeSettings, Translator
+    from transformer.inference.translator import Translator
 
     rows, s_len = src.shape
     row_ids = jnp.arange(rows, dtype=jnp.int32)
-    base = DecodeSettings.from_config(bench.config.decode)
     greedy_tokens = {}
     for n in lengths:
         for mode in bench.options.decode_modes:
             figure = common.DECODE_MODES[mode][0]
             overrides = common.forced_length_overrides(mode, n, rows)
-            settings = dataclasses.replace(base, **overrides)
+            settings = dataclasses.replace(bench.decode, **overrides)
             translator = Translator(graphdef, bench.model_cfg, settings, None, None)
             fn, compile_s = aot(translator._translate_fn, params, src, row_ids, max_out=n)
             seconds, spread, out = _timed(lambda fn=fn: fn(params, src, row_ids), timing)

@@ -50,15 +50,17 @@ def aot(jitted, *args, **kwargs):
 class Bench:
     """One benchmark run: `options` are the command's absl flags."""
 
-    def __init__(self, config, model_cfg, options):
+    def __init__(self, config, settings, options):
+        """`settings`: run_config.validate's model and decode settings of `config`."""
         import jax
 
         self.config = config
-        self.model_cfg = model_cfg
+        self.model_cfg = settings.model
+        self.decode = settings.decode
         self.options = options
         self.as_json = options.json
         self.steps = options.steps
-        self.meta = {"backend": jax.default_backend(), "dtype": model_cfg.dtype}
+        self.meta = {"backend": jax.default_backend(), "dtype": self.model_cfg.dtype}
 
     def emit(self, figure, value, unit, **extra):
         common.emit(figure, value, unit, IMPL, self.as_json, **self.meta, **extra)

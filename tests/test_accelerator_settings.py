@@ -133,7 +133,7 @@ def test_block_remat_gives_the_same_gradients(dropout_rate):
 @pytest.mark.slow
 def test_train_remat_block_trains_like_no_remat(tmp_path, monkeypatch):
     from tests.helpers import tiny_config
-    from transformer.training.logger import read_metrics
+    from transformer.common.metrics_file import read_metrics
     from transformer.training.loop import train_and_evaluate
 
     wrapped = []  # blocks put under nnx.remat while tracing

@@ -26,6 +26,18 @@ def test_dataclass_defaults_build_and_validate():
     assert ModelConfig.from_dict(get_base_config().model) == ModelConfig()
 
 
+def test_validate_returns_the_model_and_decode_settings_it_built():
+    from tests.helpers import tiny_config
+    from transformer.training import run_config
+
+    config = tiny_config()
+    config.decode.beam_size = 3
+    settings = run_config.validate(config)
+    assert settings.model == ModelConfig.from_dict(config.model)
+    assert settings.decode == DecodeSettings.from_config(config.decode)
+    assert settings.decode.beam_size == 3
+
+
 def test_unknown_section_is_named_with_the_valid_ones():
     from transformer.common.errors import UserError
     from transformer.training import run_config

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import ROOT, tiny_args
+from transformer.common.metrics_file import read_metrics
 from transformer.training.checkpoint import Checkpointer
-from transformer.training.logger import read_metrics
 
 # Short runs that log every step (for step-by-step loss comparison) and checkpoint often.
 FAULT_RUN = dict(
@@ -133,7 +133,7 @@ def restore(workdir, step: int) -> dict:
     from transformer.training.run_state import abstract_train_state
 
     config = run_config.load(str(workdir))
-    state = abstract_train_state(run_config.validate(config), make_optimizer(config.train)[0])
+    state = abstract_train_state(run_config.validate(config).model, make_optimizer(config.train)[0])
     # Shapes only, no sharding: Checkpointer.restore puts them on this process's device
     # (as eval.py does), whatever layout wrote the checkpoint.
     template = {"step": state.step, "params": state.params, "opt_state": state.opt_state}

@@ -1,9 +1,11 @@
-"""transformer.training.logger: metrics.jsonl rows, TensorBoard scalars, progress lines, resume."""
+"""transformer.training.logger and the metrics.jsonl format it writes
+(transformer.common.metrics_file): rows, TensorBoard scalars, progress lines, resume."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import struct
 import subprocess
@@ -14,8 +16,9 @@ import numpy as np
 import pytest
 
 from transformer.common.errors import UserError
+from transformer.common.metrics_file import read_metrics
 from transformer.training import logger as logger_lib
-from transformer.training.logger import MetricsLogger, format_eta, format_progress, read_metrics
+from transformer.training.logger import MetricsLogger, format_eta, format_progress
 
 
 class FakeClock:
@@ -244,15 +247,38 @@ def _script(body: str) -> str:
 
 
 def test_tensorboard_does_not_import_torch_or_tensorflow(tmp_path):
+    # A stand-in torch package that tensorboardX would import if it were let: the test
+    # needs no PyTorch, and a real one would take seconds to load.
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("Tensor = object\n")
     code = _script(
-        f"log = MetricsLogger({str(tmp_path)!r}, total_steps=2, stream=io.StringIO())\n"
+        f"log = MetricsLogger({str(tmp_path / 'run')!r}, total_steps=2, stream=io.StringIO())\n"
         "log.log_train(1, {'loss': 1.0})\n"
         "log.close()\n"
         "assert 'tensorboardX' in sys.modules\n"
-        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "assert 'torch' not in sys.modules, 'torch imported (or blocked in sys.modules)'\n"
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+        "hooks = [type(f).__name__ for f in sys.meta_path]\n"  # six adds its own: not ours
+        "assert '_NoTorchForTensorboardX' not in hooks, 'the import hook was left behind'\n"
+        "import torch\n"  # the rest of the process imports torch as usual
+        f"assert torch.__file__.startswith({str(tmp_path)!r}), torch.__file__\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_the_torch_hook_blocks_only_imports_made_by_tensorboardx_code():
+    # Asked from tensorboardX's frames, the finder refuses torch; asked from anywhere else
+    # (this test, another thread) it passes the import on to the next finder.
+    finder = logger_lib._NoTorchForTensorboardX()
+    assert finder.find_spec("torch") is None
+    assert finder.find_spec("numpy") is None
+    as_tensorboardx = {"__name__": "tensorboardX.writer", "finder": finder}
+    for name in ("torch", "torch.nn"):
+        with pytest.raises(ModuleNotFoundError, match=name):
+            exec(f"finder.find_spec({name!r})", as_tensorboardx)
+    assert eval("finder.find_spec('numpy')", as_tensorboardx) is None
 
 
 def test_survives_kill_9(tmp_path):

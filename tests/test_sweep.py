@@ -111,7 +111,7 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     assert _attempts(os.path.join(interrupted, "train.log")) == 2  # resumed: nothing to train
     assert _attempts(os.path.join(interrupted, "eval.log")) == 2
     assert json.load(open(os.path.join(interrupted, "status.json")))["status"] == "done"
-    from transformer.training.logger import read_metrics
+    from transformer.common.metrics_file import read_metrics
 
     steps = [r["step"] for r in read_metrics(interrupted) if r["kind"] == "train"]
     assert steps == [3, 6]  # not trained again

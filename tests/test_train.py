@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import fast_subset, run, tiny_config
+from transformer.common.metrics_file import read_metrics
 from transformer.training.checkpoint import Checkpointer
-from transformer.training.logger import read_metrics
 from transformer.training.loop import train_and_evaluate
 
 
@@ -67,7 +67,7 @@ def _abstract(workdir):
     from transformer.training.run_state import abstract_train_state
 
     config = run_config.load(workdir)
-    model_cfg = run_config.validate(config)
+    model_cfg = run_config.validate(config).model
     state = abstract_train_state(model_cfg, make_optimizer(config.train)[0])
     return {"step": state.step, "params": state.params, "opt_state": state.opt_state}
 

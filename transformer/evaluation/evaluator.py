@@ -17,6 +17,7 @@ import jax
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
 from transformer.common.machine import describe_machine
+from transformer.common.metrics_file import METRICS_FILE, read_metrics
 from transformer.evaluation import reference_scores
 from transformer.evaluation.restore import RestoredRun, restore_run
 from transformer.scoring import length_buckets
@@ -189,10 +190,8 @@ def _direction(config) -> str:
 
 def _train_time(workdir: str) -> float | None:
     """Wall time of training from metrics.jsonl (first to last row), if present."""
-    path = os.path.join(workdir, "metrics.jsonl")
+    path = os.path.join(workdir, METRICS_FILE)
     if not os.path.exists(path):
         return None
-    from transformer.training.logger import read_metrics
-
     rows = [r for r in read_metrics(path) if "time" in r]
     return rows[-1]["time"] - rows[0]["time"] if len(rows) > 1 else None

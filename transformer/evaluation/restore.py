@@ -16,7 +16,7 @@ from flax import nnx
 
 from transformer.common.errors import UserError
 from transformer.data import make_datasets
-from transformer.inference.translator import DecodeSettings, Translator
+from transformer.inference.translator import Translator
 from transformer.training import run_config
 from transformer.training.checkpoint import Checkpointer
 from transformer.training.run_state import build_model, check_tokenizers
@@ -41,7 +41,8 @@ def restore_run(
     """Loads config, tokenizers and (averaged) parameters of a trained run."""
     config = run_config.load(workdir)
     run_config.apply_overrides(config, list(overrides))
-    model_cfg = run_config.validate(config)
+    settings = run_config.validate(config)
+    model_cfg = settings.model
     checkpoints = Checkpointer(workdir, read_only=True)
     step = checkpoints.resolve_step(checkpoint)
     if average_last < 1:
@@ -71,9 +72,8 @@ def restore_run(
     for s, meta in metas.items():
         check_tokenizers(meta, data, f"{workdir}/checkpoints/{s}")
     translator = Translator(
-        graphdef, model_cfg, DecodeSettings.from_config(config.decode),
-        data.source_tokenizer, data.target_tokenizer,
-    )  # fmt: skip
+        graphdef, model_cfg, settings.decode, data.source_tokenizer, data.target_tokenizer
+    )
     return RestoredRun(workdir, config, model_cfg, graphdef, params, step, steps, data, translator)
 
 

@@ -1,17 +1,9 @@
 """Training/eval metrics: JSON lines, TensorBoard scalars and a plain progress line.
 
-Every ``log_*`` call appends one JSON object to ``<workdir>/metrics.jsonl`` and flushes
-it, so a run killed with SIGKILL leaves at most a partial last line (``read_metrics``
-skips it; the next ``MetricsLogger`` on that workdir cuts it off before appending).
-Rows::
-
-    {"step": 1200, "kind": "train", "time": 1717000000.0, "loss": 2.3, "learning_rate": ...}
-    {"step": 2000, "kind": "eval", "split": "valid", "time": ..., "bleu": 27.1, ...}
-    {"kind": "info", "time": ..., "message": "parameters: 60,512,768", ...}
-
-Train rows are expected to carry at least ``loss``, ``learning_rate`` and
-``tokens_per_s``; eval rows ``bleu`` when it was computed. Metric values are stored as
-floats (NaN/inf are written as the JSON extensions ``NaN``/``Infinity`` that Python reads).
+Every ``log_*`` call appends one row to ``<workdir>/metrics.jsonl`` (the format and its
+reader: ``transformer.common.metrics_file``) and flushes it, so a run killed with SIGKILL
+leaves at most a partial last line (``read_metrics`` skips it; the next ``MetricsLogger`` on
+that workdir cuts it off before appending).
 
 Scalars also go to TensorBoard (tensorboardX, no TensorFlow) under
 ``<workdir>/tensorboard/`` with tags ``train/<name>`` and ``<split>/<name>``.
@@ -23,7 +15,7 @@ On resume call ``truncate_after(resumed_step)``: rows with a larger step are dro
 from __future__ import annotations
 
 import collections
-import json
+import importlib.abc
 import math
 import os
 import sys
@@ -32,12 +24,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
+from transformer.common.metrics_file import (
+    METRICS_FILE,
+    eval_row,
+    float_metrics,
+    info_row,
+    parse_row,
+    read_metrics,
+    row_line,
+    train_row,
+)
 
-METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
-RESERVED_KEYS = frozenset({"step", "kind", "split", "time", "message"})
 
 # Progress-line fields: (metric key, label, format).
 _PROGRESS_FIELDS = (
@@ -80,76 +79,40 @@ def format_progress(
     return " | ".join(parts)
 
 
-def _to_float(key: str, value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"metric {key!r} must be a number (or 0-d array), got {type(value).__name__}"
-        ) from None
+class _NoTorchForTensorboardX(importlib.abc.MetaPathFinder):
+    """Fails ``import torch`` when tensorboardX's own code asks for it, and only then.
 
-
-def _float_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    out = {}
-    for key, value in metrics.items():
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"metric names must be non-empty strings, got {key!r}")
-        if key in RESERVED_KEYS:
-            raise ValueError(f"metric name {key!r} is reserved for the row itself")
-        out[key] = _to_float(key, value)
-    return out
-
-
-def read_metrics(path: str | os.PathLike, kind: str | None = None) -> list[dict]:
-    """Rows of a ``metrics.jsonl`` (optionally only one ``kind``), in file order.
-
-    A truncated final line (the process was killed mid-write) is skipped; a bad line
-    anywhere else raises UserError naming the file and line. A missing file gives ``[]``.
+    tensorboardX's writer module runs ``try: import torch`` at import time, only to name
+    ``torch.Tensor`` in type hints: where PyTorch is installed that costs seconds of startup
+    and loads its GPU libraries into a JAX process. Every tensorboardX submodule loads that
+    writer (the package ``__init__`` imports it), so no submodule avoids it. The finder sees
+    the importing thread's frames: an import of torch from any other code, in this thread or
+    another, goes on as usual, and ``sys.modules`` is never touched.
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / METRICS_FILE
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    lines = data.split(b"\n")
-    rows = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        is_last = lineno == len(lines)  # no newline after it: possibly cut short
-        try:
-            row = json.loads(line.decode("utf-8"))
-            if not isinstance(row, dict):
-                raise ValueError("not a JSON object")
-        except (ValueError, UnicodeDecodeError):
-            if is_last:
-                break
-            raise UserError(
-                f"{path}: line {lineno} is not a JSON object; fix or delete that line"
-            ) from None
-        if kind is None or row.get("kind") == kind:
-            rows.append(row)
-    return rows
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] != "torch":
+            return None
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_globals.get("__name__", "").partition(".")[0] == "tensorboardX":
+                raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+            frame = frame.f_back
+        return None  # not tensorboardX's: the next finder imports it
 
 
 def _import_summary_writer():
     """tensorboardX's SummaryWriter, imported without dragging in PyTorch.
 
-    tensorboardX imports torch at module level when it is installed (seconds of startup
-    and GPU libraries inside a JAX process); block that import unless torch is loaded.
+    Where torch is already loaded, ``import torch`` finds it in ``sys.modules`` and no
+    finder is asked, so tensorboardX then uses it as it would anyway.
     """
-    if "torch" in sys.modules:
-        from tensorboardX import SummaryWriter
-
-        return SummaryWriter
-    sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` fail
+    finder = _NoTorchForTensorboardX()
+    sys.meta_path.insert(0, finder)
     try:
         from tensorboardX import SummaryWriter
     finally:
-        if sys.modules.get("torch", 0) is None:
-            del sys.modules["torch"]
+        sys.meta_path.remove(finder)
     return SummaryWriter
 
 
@@ -215,11 +178,7 @@ class MetricsLogger:
             f.seek(0)
             data = f.read()
             cut = data.rfind(b"\n") + 1
-            try:  # cut right before its newline: the row is whole, keep it
-                complete = isinstance(json.loads(data[cut:].decode("utf-8")), dict)
-            except (ValueError, UnicodeDecodeError):
-                complete = False
-            if complete:
+            if parse_row(data[cut:]) is not None:  # cut right before its newline: keep it
                 f.seek(size)
                 f.write(b"\n")
             else:
@@ -243,7 +202,7 @@ class MetricsLogger:
 
     def _write_row(self, row: dict) -> None:
         f = self._open_file()
-        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        f.write(row_line(row))
         f.flush()
 
     def _print(self, line: str) -> None:
@@ -262,14 +221,14 @@ class MetricsLogger:
             return
         self._check_open()
         step = int(step)
-        values = _float_metrics(metrics)
+        values = float_metrics(metrics)
         now = self._clock()
         if self._last_train is not None:
             t0, s0 = self._last_train
             if step > s0:
                 self._intervals.append((now - t0, step - s0))
         self._last_train = (now, step)
-        self._write_row({"step": step, "kind": "train", "time": time.time(), **values})
+        self._write_row(train_row(step, values))
         writer = self._tb()
         if writer is not None:
             for key, value in values.items():
@@ -281,12 +240,9 @@ class MetricsLogger:
         if not self.enabled:
             return
         self._check_open()
-        if not split or "/" in split:
-            raise ValueError(f"split must be a non-empty name without '/', got {split!r}")
         step = int(step)
-        values = _float_metrics(metrics)
-        row = {"step": step, "kind": "eval", "split": split, "time": time.time(), **values}
-        self._write_row(row)
+        values = float_metrics(metrics)
+        self._write_row(eval_row(step, split, values))
         writer = self._tb()
         if writer is not None:
             for key, value in values.items():
@@ -301,15 +257,7 @@ class MetricsLogger:
         if not self.enabled:
             return
         self._check_open()
-        for key in data:
-            if key in RESERVED_KEYS:
-                raise ValueError(f"field name {key!r} is reserved for the row itself")
-        row: dict[str, Any] = {"kind": "info", "time": time.time(), "message": str(message)}
-        if step is not None:
-            row["step"] = int(step)
-        row.update(data)
-        json.dumps(row)  # fail before writing anything if data is not JSON-able
-        self._write_row(row)
+        self._write_row(info_row(message, step, data))
         writer = self._tb()
         if writer is not None:
             writer.add_text("info", str(message), 0 if step is None else int(step))
@@ -341,7 +289,7 @@ class MetricsLogger:
             return 0
         rows = read_metrics(self.path)
         kept = [r for r in rows if not (isinstance(r.get("step"), int) and r["step"] > step)]
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept)
+        text = "".join(row_line(r) for r in kept)
         atomic_write(self.path, text)
         return len(rows) - len(kept)
 

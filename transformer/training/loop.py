@@ -61,6 +61,7 @@ class _Run:
     config: Any  # the validated ml_collections.ConfigDict
     workdir: str
     model_cfg: ModelConfig  # with the resolved vocab_size
+    decode: DecodeSettings  # for validation BLEU
     parallel: Parallel
     data: DataBundle
     checkpoints: Checkpointer
@@ -103,19 +104,19 @@ class _StopFlag:
 
 def train_and_evaluate(config, workdir: str) -> TrainResult:
     """Trains the run in `workdir` up to train.num_steps, resuming from its latest checkpoint."""
-    model_cfg = run_config.validate(config)
+    settings = run_config.validate(config)
     is_main = jax.process_index() == 0
     _prepare_workdir(config, workdir)
     t = config.train
     parallel = Parallel(t.parallelism, t.fsdp)
     data = _load_data(config, workdir, parallel, is_main)
-    model_cfg = _save_config(config, workdir, model_cfg, data, is_main)
+    model_cfg = _save_config(config, workdir, settings.model, data, is_main)
 
     optimizer, schedule = make_optimizer(t)
     model = build_train_model(model_cfg, t)
     graphdef, state = init_state(model, optimizer)
     run = _Run(
-        config, workdir, model_cfg, parallel, data,
+        config, workdir, model_cfg, settings.decode, parallel, data,
         checkpoints=Checkpointer(workdir, keep=t.keep_checkpoints),
         logger=MetricsLogger(workdir, enabled=is_main, total_steps=t.num_steps),
         train_iter=data.train_iterator(),
@@ -250,9 +251,8 @@ def _compile_steps(run: _Run, graphdef, optimizer, schedule, state: TrainState) 
         lambda axis: make_eval_step(graphdef, axis_name=axis), state.params
     )
     translator = Translator(
-        graphdef, run.model_cfg, DecodeSettings.from_config(run.config.decode),
-        run.data.source_tokenizer, run.data.target_tokenizer,
-    )  # fmt: skip
+        graphdef, run.model_cfg, run.decode, run.data.source_tokenizer, run.data.target_tokenizer
+    )
     return _Steps(train_step, eval_step, translator, jax.random.key(t.seed))
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
+from typing import TYPE_CHECKING
 
 import ml_collections
 
@@ -14,6 +16,9 @@ from transformer.model.config import ModelConfig
 from transformer.training.base_config import get_base_config
 from transformer.training.optim import check_schedule
 from transformer.training.parallel import check_parallelism
+
+if TYPE_CHECKING:  # the translator module loads JAX, which config checks do not need
+    from transformer.inference.translator import DecodeSettings
 
 CONFIG_FILE = "config.json"
 
@@ -55,10 +60,18 @@ def _check_attention_backend(model_cfg: ModelConfig) -> None:
         )
 
 
-def validate(config: ml_collections.ConfigDict) -> ModelConfig:
+@dataclasses.dataclass(frozen=True)
+class Validated:
+    """The typed settings `validate` builds from a run config's sections."""
+
+    model: ModelConfig  # vocab_size None while it follows the tokenizer: `resolve_vocab_size`
+    decode: DecodeSettings
+
+
+def validate(config: ml_collections.ConfigDict) -> Validated:
     """Rejects unknown sections/keys and invalid values with one-line errors; returns the
-    ModelConfig (its vocab_size None while it follows the tokenizer: `resolve_vocab_size`).
-    Runs before any work starts."""
+    model and decode settings it built on the way, so nothing builds them twice. Runs before
+    any work starts."""
     base = _base()  # its sections and keys are the valid ones
     for section in config:
         if section not in base:
@@ -111,8 +124,7 @@ def validate(config: ml_collections.ConfigDict) -> ModelConfig:
 
     check_vocab_config(config.data)
     make_layout(config)  # batching and length limits
-    DecodeSettings.from_config(config.decode)
-    return model_cfg
+    return Validated(model_cfg, DecodeSettings.from_config(config.decode))
 
 
 def resolve_vocab_size(config: ml_collections.ConfigDict, src_tok, tgt_tok) -> int:

@@ -29,7 +29,7 @@ def model_size(config, measure: str) -> float:
     from transformer.model.flops import forward_flops
     from transformer.model.transformer import param_shapes
 
-    cfg = run_config.validate(config)
+    cfg = run_config.validate(config).model
     if cfg.vocab_size is None:
         cfg = dataclasses.replace(cfg, vocab_size=int(config.data.vocab_size))
     if measure == "params":

@@ -10,6 +10,7 @@ import os
 import statistics
 
 from transformer.common.errors import UserError
+from transformer.common.metrics_file import METRICS_FILE, read_metrics
 from transformer.research.sweep import columns, lr_grid, plots
 from transformer.research.sweep.runs import Run, is_finished, read_eval, read_status
 from transformer.research.sweep.spec import Sweep, short_value
@@ -18,12 +19,10 @@ from transformer.scoring.significance import t_interval
 
 
 def _run_summary(run: Run) -> dict:
-    from transformer.training.logger import read_metrics
-
     status = read_status(run)
     record = read_eval(run) if is_finished(run) else None
     try:
-        rows = read_metrics(os.path.join(run.workdir, "metrics.jsonl"))
+        rows = read_metrics(os.path.join(run.workdir, METRICS_FILE))
     except UserError:
         rows = []
     evals = [r for r in rows if r.get("kind") == "eval" and r.get("split", "valid") == "valid"]

@@ -14,6 +14,7 @@ import time
 
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
+from transformer.common.metrics_file import METRICS_FILE, read_metrics
 from transformer.research.sweep import lr_grid
 from transformer.research.sweep.lr_grid import scale_label
 from transformer.research.sweep.spec import Sweep, load_base_config, set_overrides
@@ -143,10 +144,8 @@ def outcome(run: Run) -> dict:
 
 
 def _valid_rows(workdir: str) -> list[dict]:
-    from transformer.training.logger import read_metrics
-
     try:
-        rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+        rows = read_metrics(os.path.join(workdir, METRICS_FILE))
     except UserError:
         return []
     return [r for r in rows if _is_valid_loss(r)]
@@ -260,10 +259,8 @@ def error_line(stderr_text: str) -> str:
 
 
 def last_train_step(workdir: str) -> int | None:
-    from transformer.training.logger import read_metrics
-
     try:
-        rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+        rows = read_metrics(os.path.join(workdir, METRICS_FILE))
     except UserError:
         return None
     steps = [r["step"] for r in rows if r.get("kind") == "train" and "step" in r]
