@@ -130,7 +130,7 @@ bench() {  # bench NAME ARGS...: one throughput.py run into accelerator_NAME.jso
     local name=$1
     shift
     echo "== $name: $*" >&2
-    if ! "$PYTHON" benchmarks/throughput.py "${COMMON[@]}" "$@" \
+    if ! "$PYTHON" -m benchmarks.throughput "${COMMON[@]}" "$@" \
             > "$OUT_DIR/accelerator_$name.jsonl" 2> "$OUT_DIR/accelerator_$name.err"; then
         echo "error: $name failed; see $OUT_DIR/accelerator_$name.err" >&2
         tail -3 "$OUT_DIR/accelerator_$name.err" >&2

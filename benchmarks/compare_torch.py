@@ -24,7 +24,7 @@ Figures (each the MEDIAN of the measured repetitions, after warm-up):
   median of a few calls (see --decode-repeats; the count used is printed with each figure).
 
 Usage:
-    python benchmarks/compare_torch.py [--what train,decode] [--json] [--steps 10] [--threads N]
+    python -m benchmarks.compare_torch [--what train,decode] [--json] [--steps 10] [--threads N]
 
 With --json, one JSON object per line: {"figure", "value", "unit", "impl": "torch-marian", ...};
 otherwise a table. Torch/transformers versions, the thread count, the load average and the peak
@@ -37,18 +37,11 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
-try:  # run as `python benchmarks/compare_torch.py` (script dir on sys.path) or as a module
-    from benchmarks.common import emit, median_time, peak_rss_mib, spread
-    from benchmarks.marian_weights import marian_config
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import emit, median_time, peak_rss_mib, spread
-    from marian_weights import marian_config
-
-from transformer.common.machine import describe_machine  # noqa: E402
-from transformer.common.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID  # noqa: E402
+from benchmarks.common import emit, median_time, peak_rss_mib, spread
+from benchmarks.marian_weights import marian_config
+from transformer.common.machine import describe_machine
+from transformer.common.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID
 
 IMPL = "torch-marian"
 

@@ -2,7 +2,7 @@
 weights, through Hugging Face's MarianMTModel (benchmarks/marian_weights.py).
 
 Usage:
-    python benchmarks/real_data_speed.py --workdir RUN [--split test] [--json]
+    python -m benchmarks.real_data_speed --workdir RUN [--split test] [--json]
         [--batch_size 64] [--what greedy,beam4] [--max_sentences N] [--repeats 1]
 
 The run must be Post-LN with LayerNorm, sinusoidal positions, one shared embedding tied to the
@@ -54,27 +54,20 @@ import dataclasses
 import math
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
-try:  # run as `python benchmarks/real_data_speed.py` (script dir on sys.path) or as a module
-    from benchmarks import marian_weights
-    from benchmarks.common import (
-        MAX_BACKGROUND_LOAD_PER_CORE,
-        busy,
-        emit,
-        median_time,
-        peak_rss_mib,
-    )
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import marian_weights
-    from common import MAX_BACKGROUND_LOAD_PER_CORE, busy, emit, median_time, peak_rss_mib
-
-from transformer.common.errors import UserError, report_user_error  # noqa: E402
-from transformer.common.machine import describe_machine  # noqa: E402
-from transformer.common.special_ids import PAD_ID  # noqa: E402
+from benchmarks import marian_weights
+from benchmarks.common import (
+    MAX_BACKGROUND_LOAD_PER_CORE,
+    busy,
+    emit,
+    median_time,
+    peak_rss_mib,
+)
+from transformer.common.errors import UserError, report_user_error
+from transformer.common.machine import describe_machine
+from transformer.common.special_ids import PAD_ID
 
 OURS, PEER = "jax-transformer", "torch-marian"
 MODES = ("greedy", "beam4")

@@ -63,17 +63,17 @@ if [[ -n "${DATA:-}" ]]; then
     data_flag=("--config.data.path=$DATA")
 fi
 files=("$OUT_DIR/jax.jsonl" "$OUT_DIR/torch.jsonl")
-step "$OUT_DIR/jax.jsonl" "$PYTHON" benchmarks/throughput.py --config configs/bench_base.py \
+step "$OUT_DIR/jax.jsonl" "$PYTHON" -m benchmarks.throughput --config configs/bench_base.py \
     --what "$what" --decode_lengths 64 --nocache_lengths 64 "${data_flag[@]}" --json
-step "$OUT_DIR/torch.jsonl" "$PYTHON" benchmarks/compare_torch.py --decode-lengths 64 --json
+step "$OUT_DIR/torch.jsonl" "$PYTHON" -m benchmarks.compare_torch --decode-lengths 64 --json
 if [[ -n "${RUN:-}" ]]; then
     files+=("$OUT_DIR/real.jsonl")
-    step "$OUT_DIR/real.jsonl" "$PYTHON" benchmarks/real_data_speed.py --workdir "$RUN" \
+    step "$OUT_DIR/real.jsonl" "$PYTHON" -m benchmarks.real_data_speed --workdir "$RUN" \
         --split test --what greedy,beam4 --json
 fi
 if (( PRINT_ONLY )); then
-    echo "$PYTHON benchmarks/table.py ${files[*]} > $OUT_DIR/table.md"
+    echo "$PYTHON -m benchmarks.table ${files[*]} > $OUT_DIR/table.md"
 else
-    "$PYTHON" benchmarks/table.py "${files[@]}" > "$OUT_DIR/table.md"
+    "$PYTHON" -m benchmarks.table "${files[@]}" > "$OUT_DIR/table.md"
     cat "$OUT_DIR/table.md"
 fi

@@ -1,9 +1,9 @@
 """Side-by-side table of benchmark figures, with the performance targets and whether each is met.
 
-    python benchmarks/throughput.py --config configs/bench_base.py --json > jax.jsonl
-    python benchmarks/compare_torch.py --json > torch.jsonl
-    python benchmarks/real_data_speed.py --workdir RUN --json > real.jsonl  # same weights
-    python benchmarks/table.py jax.jsonl torch.jsonl real.jsonl [--readme README.md
+    python -m benchmarks.throughput --config configs/bench_base.py --json > jax.jsonl
+    python -m benchmarks.compare_torch --json > torch.jsonl
+    python -m benchmarks.real_data_speed --workdir RUN --json > real.jsonl  # same weights
+    python -m benchmarks.table jax.jsonl torch.jsonl real.jsonl [--readme README.md
         --section Performance]
 
 Reads the JSON lines both benchmark scripts print (`{"figure", "value", "impl", ...}`; other
@@ -26,11 +26,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from benchmarks.common import MAX_BACKGROUND_LOAD_PER_CORE, busy  # noqa: E402
+from benchmarks.common import MAX_BACKGROUND_LOAD_PER_CORE, busy
 
 OURS, PEER = "jax-transformer", "torch-marian"
 

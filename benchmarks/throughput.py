@@ -1,6 +1,6 @@
 """Throughput of this codebase's train step, input pipeline and decoders (impl "jax-transformer").
 
-    python benchmarks/throughput.py --config configs/bench_base.py [--config.field=value ...]
+    python -m benchmarks.throughput --config configs/bench_base.py [--config.field=value ...]
         [--what train,pipeline,decode] [--json] [--steps N] [--decode_lengths 64,256]
         [--decode_modes greedy,sample,beam4] [--nocache_lengths 64,256] [--peak_tflops X]
         [--workdir DIR]
@@ -80,30 +80,17 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script: make `transformer` and `configs` importable
-    sys.path.insert(0, str(ROOT))
+from absl import flags
+from ml_collections import config_flags
 
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from transformer.cli.app import load_config_flag, run_cli  # noqa: E402
-from transformer.common.errors import UserError  # noqa: E402
-from transformer.common.machine import describe_machine  # noqa: E402
-
-try:  # run as `python benchmarks/throughput.py` (script dir on sys.path) or as a module
-    from benchmarks import common
-    from benchmarks.throughput_decode import NOCACHE_BLOCKS, decode
-    from benchmarks.throughput_pipeline import pipeline
-    from benchmarks.throughput_train import IMPL, Bench, train
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import common
-    from throughput_decode import NOCACHE_BLOCKS, decode
-    from throughput_pipeline import pipeline
-    from throughput_train import IMPL, Bench, train
+from benchmarks import common
+from benchmarks.throughput_decode import NOCACHE_BLOCKS, decode
+from benchmarks.throughput_pipeline import pipeline
+from benchmarks.throughput_train import IMPL, Bench, train
+from transformer.cli.app import load_config_flag, run_cli
+from transformer.common.errors import UserError
+from transformer.common.machine import describe_machine
 
 DECODE_MODES = common.DECODE_MODES
 PARTS = {"train": train, "pipeline": pipeline, "decode": decode}  # run in this order

@@ -11,18 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
-from pathlib import Path
 
+from benchmarks import common
+from benchmarks.throughput_train import Bench, aot, block, ints
 from transformer.common.errors import UserError
-
-try:  # imported by `python benchmarks/throughput.py` (script dir on sys.path) or as a module
-    from benchmarks import common
-    from benchmarks.throughput_train import Bench, aot, block, ints
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import common
-    from throughput_train import Bench, aot, block, ints
 
 NOCACHE_FIGURE = "decode_greedy_nocache_tokens_per_s"
 NOCACHE_BLOCKS = 8

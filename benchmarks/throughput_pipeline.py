@@ -13,13 +13,8 @@ import hashlib
 import os
 import sys
 import time
-from pathlib import Path
 
-try:  # imported by `python benchmarks/throughput.py` (script dir on sys.path) or as a module
-    from benchmarks.throughput_train import Bench, block
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from throughput_train import Bench, block
+from benchmarks.throughput_train import Bench, block
 
 
 def pipeline(bench: Bench) -> None:

@@ -9,17 +9,10 @@ fixed random batches and reports its FLOPs and MFU against a measured matmul pea
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
+from benchmarks import common
 from transformer.common.errors import UserError
-
-try:  # imported by `python benchmarks/throughput.py` (script dir on sys.path) or as a module
-    from benchmarks import common
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import common
 
 IMPL = "jax-transformer"
 

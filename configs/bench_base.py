@@ -7,7 +7,7 @@ sentences of 64 source tokens. The model and the 64-token length limits are the 
 defaults, so only the batching and the data differ below. The real-data figures (`--what
 pipeline`) read Multi30k from ../shared/data/multi30k (skipped with a message if absent).
 
-Command:   python benchmarks/throughput.py --config configs/bench_base.py [--json]
+Command:   python -m benchmarks.throughput --config configs/bench_base.py [--json]
                [--what train,decode,pipeline] [--config.model.dtype=bfloat16 --peak_tflops=X]
 Expected:  figures train_tokens_per_s, mfu, train_real_tokens_per_s, decode_*_tokens_per_s, ...
            (one table row or JSON line each); no accuracy target: this config is for timing.

@@ -1,26 +1,13 @@
-"""Tests of benchmarks/common.py (no JAX or PyTorch needed)."""
+"""Tests of benchmarks.common (no JAX or PyTorch needed)."""
 
-import importlib.util
 import io
 import json
 import statistics
 import time
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "common.py"
-
-
-def _load_common():
-    # Loaded by path: benchmarks/ is a folder of scripts, not necessarily on sys.path.
-    spec = importlib.util.spec_from_file_location("bench_common_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-common = _load_common()
+from benchmarks import common
 
 
 def test_emit_json_line():

@@ -1,4 +1,4 @@
-"""benchmarks/throughput.py end to end on a tiny model (2 + 2 layers, d_model 64).
+"""benchmarks.throughput end to end on a tiny model (2 + 2 layers, d_model 64).
 
 The train/pipeline and decode parts run as two concurrent subprocesses (XLA compiles on one
 core each) with --steps 2 (the median-of-8 rule is relaxed for tests only). The pipeline part
@@ -15,7 +15,10 @@ import pytest
 
 from tests.helpers import ROOT, run
 
-SCRIPT = "benchmarks/throughput.py"
+MODULE = ["-m", "benchmarks.throughput"]
+PROFILE = ["-m", "benchmarks.experiments.profile_step"]
+MATMUL = ["-m", "benchmarks.experiments.matmul_shapes"]
+DECODE_AB = ["-m", "benchmarks.experiments.decode_ab"]
 TINY = [
     "--config=configs/bench_base.py",
     "--config.model.num_encoder_layers=2",
@@ -63,7 +66,7 @@ DECODE_FIGURES = {
 def _start(args):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.Popen(
-        [sys.executable, SCRIPT, *TINY, *args],
+        [sys.executable, *MODULE, *TINY, *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -115,7 +118,7 @@ def test_throughput_tiny_reports_every_figure(tmp_path):
 
 def test_pipeline_skips_missing_data_path():
     proc = run(
-        [SCRIPT, *TINY, "--what=pipeline", "--config.data.path=/nonexistent/multi30k"],
+        [*MODULE, *TINY, "--what=pipeline", "--config.data.path=/nonexistent/multi30k"],
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -126,12 +129,12 @@ def test_pipeline_skips_missing_data_path():
 
 @pytest.mark.slow
 def test_bad_what_is_a_one_line_error():
-    proc = run([SCRIPT, *TINY, "--what=train,bogus"], timeout=300)
+    proc = run([*MODULE, *TINY, "--what=train,bogus"], timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: --what 'train,bogus': choose from train, pipeline, decode"
     )
-    proc = run([SCRIPT, *TINY, "--what=decode", "--decode_modes=greedy,bogus"], timeout=300)
+    proc = run([*MODULE, *TINY, "--what=decode", "--decode_modes=greedy,bogus"], timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: --decode_modes 'greedy,bogus': choose from greedy, sample, beam4"
@@ -150,8 +153,9 @@ def test_decode_modes_selects_the_cached_decoders():
 @pytest.mark.slow
 def test_profile_step_attributes_the_step_to_ops(tmp_path):
     args = [a for a in TINY if a not in ("--json", "--steps=2")]
-    proc = run(["benchmarks/profile_step.py", *args, "--steps=1", "--top=5", "--json",
-                f"--trace_dir={tmp_path}"], check=True)  # fmt: skip
+    proc = run(
+        [*PROFILE, *args, "--steps=1", "--top=5", "--json", f"--trace_dir={tmp_path}"], check=True
+    )
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     step = next(r["value"] for r in records if r["figure"] == "profiled_step_ms")
     kinds = {r["kind"]: r["value"] for r in records if r["figure"] == "op_kind_ms"}
@@ -164,8 +168,8 @@ def test_profile_step_attributes_the_step_to_ops(tmp_path):
 @pytest.mark.slow
 def test_profile_step_profiles_a_decoding_call(tmp_path):
     args = [a for a in TINY if a not in ("--steps=2",)]  # keeps --json
-    proc = run(["benchmarks/profile_step.py", *args, "--what=sample", "--decode_len=5",
-                "--steps=1", "--top=3", f"--trace_dir={tmp_path}"], check=True)  # fmt: skip
+    options = ["--what=sample", "--decode_len=5", "--steps=1", "--top=3"]
+    proc = run([*PROFILE, *args, *options, f"--trace_dir={tmp_path}"], check=True)
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     call_ms = next(r["value"] for r in records if r["figure"] == "profiled_step_ms")
     kinds = {r["kind"]: r["value"] for r in records if r["figure"] == "op_kind_ms"}
@@ -191,16 +195,16 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     jax, torch, real, table = proc.stdout.splitlines()
-    assert jax.startswith("py benchmarks/throughput.py --config configs/bench_base.py")
+    assert jax.startswith("py -m benchmarks.throughput --config configs/bench_base.py")
     assert "--what train,pipeline,decode" in jax and "--config.data.path=data/m" in jax
     assert jax.endswith(f"> {tmp_path}/jax.jsonl")
     assert (
         torch
-        == f"py benchmarks/compare_torch.py --decode-lengths 64 --json > {tmp_path}/torch.jsonl"
+        == f"py -m benchmarks.compare_torch --decode-lengths 64 --json > {tmp_path}/torch.jsonl"
     )
-    assert real.startswith("py benchmarks/real_data_speed.py --workdir runs/r")
+    assert real.startswith("py -m benchmarks.real_data_speed --workdir runs/r")
     files = " ".join(f"{tmp_path}/{n}.jsonl" for n in ("jax", "torch", "real"))
-    assert table == f"py benchmarks/table.py {files} > {tmp_path}/table.md"
+    assert table == f"py -m benchmarks.table {files} > {tmp_path}/table.md"
     without = subprocess.run(["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
                              cwd=ROOT, env=dict(os.environ, PYTHON="py"),
                              capture_output=True, text=True)  # fmt: skip
@@ -238,10 +242,10 @@ def test_matmul_shapes_reports_every_shape_and_impl():
         impls += ["torch_1thread", "torch_linear"]
     except ImportError:  # the bench extra is not installed
         pass
-    proc = run(["benchmarks/matmul_shapes.py", "--json", "--shapes", "decode32,train",
-                "--weights", "cached,streamed", "--stream_mib", "32", "--repeats", "1",
-                "--impls", ",".join(impls)],
-               check=True)  # fmt: skip
+    options = ["--shapes", "decode32,train", "--weights", "cached,streamed", "--stream_mib", "32"]
+    proc = run(
+        [*MATMUL, "--json", *options, "--repeats", "1", "--impls", ",".join(impls)], check=True
+    )
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     products = [r for r in records if "gflops_" in r["figure"]]
     decode = [f"32x{k}x{n}" for k, n in ((512, 512), (512, 2048), (2048, 512), (512, 8000))]
@@ -267,10 +271,9 @@ def test_matmul_shapes_reports_every_shape_and_impl():
 @pytest.mark.slow
 def test_decode_ab_alternates_arms_and_reports_speedups_against_the_first():
     tiny = [a for a in TINY if a not in ("--json", "--steps=2")]
-    proc = run(["benchmarks/decode_ab.py", *tiny, "--json", "--modes", "greedy", "--rounds",
-                "2", "--decode_len", "8",
-                "--arms", "weight_layout=none;weight_layout=out_in;quantize=int8"],
-               check=True)  # fmt: skip
+    arm_list = "weight_layout=none;weight_layout=out_in;quantize=int8"
+    options = ["--modes", "greedy", "--rounds", "2", "--decode_len", "8", "--arms", arm_list]
+    proc = run([*DECODE_AB, *tiny, "--json", *options], check=True)
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert records[0]["figure"] == "setup" and records[0]["rounds"] == 2
     calls = {r["arm"]: r for r in records if r["figure"] == "decode_ab_call_s"}
@@ -283,6 +286,6 @@ def test_decode_ab_alternates_arms_and_reports_speedups_against_the_first():
         assert calls[arm]["min_s"] <= calls[arm]["value"] <= calls[arm]["max_s"]
     assert speedups[arms[0]]["tokens_agree"] == 1.0
     assert speedups["weight_layout=out_in"]["tokens_agree"] == 1.0  # the same products
-    bad = run(["benchmarks/decode_ab.py", *tiny, "--arms", "beam=3;"], check=False)
+    bad = run([*DECODE_AB, *tiny, "--arms", "beam=3;"], check=False)
     assert bad.returncode == 2 and "error: --arms: 'beam=3'" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -1,8 +1,8 @@
 """Decode-time copies of the decoder's weights, in the layouts a decode step multiplies fastest.
 
 A decode step multiplies a few rows (batch x beams) by every decoder weight matrix, so each
-matrix is streamed from memory for little arithmetic, and how it is laid out decides the
-speed. benchmarks/matmul_shapes.py measures the shapes ('streamed' weights): with 32 rows,
+matrix is streamed from memory for little arithmetic, and how it is laid out decides the speed.
+benchmarks/experiments/matmul_shapes.py measures the shapes ('streamed' weights): with 32 rows,
 XLA's CPU product reads a weight stored [out, in] (both operands contracted on their minor
 axis, as PyTorch's nn.Linear stores it) faster than one stored [in, out], the training layout;
 with 128 rows the training layout is as fast or faster. `prepare_decoder(model, layout,
@@ -125,7 +125,8 @@ def prepare_encoder(model, *, quantize: str) -> None:
     """With quantize='bfloat16' (decode.encoder_quantize), bfloat16 [in, out] copies for every
     dense layer that runs once per batch: the encoder's and the cross-attention key/value
     projections. Their products have hundreds of rows, where the training layout is as fast
-    as any and int8 gains nothing (benchmarks/matmul_shapes.py), so only bfloat16 is offered."""
+    as any and int8 gains nothing (benchmarks/experiments/matmul_shapes.py), so only bfloat16
+    is offered."""
     from transformer.model.layers import Dense
 
     if quantize == "none":

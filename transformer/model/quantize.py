@@ -1,12 +1,12 @@
 """Int8 products for decoding: weights quantized per output channel once per batch, the
 activations per row at each product, both symmetric (abs-max / 127), the sum taken in int32.
 
-A decode step multiplies a few rows by every weight matrix, where XLA's CPU int8 product
-runs about twice as fast as its float32 one (benchmarks/matmul_shapes.py measures the
+A decode step multiplies a few rows by every weight matrix, where XLA's CPU int8 product runs
+about twice as fast as its float32 one (benchmarks/experiments/matmul_shapes.py measures the
 shapes). `decode_weights.prepare_decoder(model, quantize='int8')` gives the decoder's dense
 layers and the output projection int8 copies of their weights on a model merged inside the
-traced decode function, so the float32 parameters are untouched and training never sees it.
-The BLEU cost is a measured figure (docs/decoding_and_evaluation.md), not a guarantee.
+traced decode function, so the float32 parameters are untouched and training never sees it. The
+BLEU cost is a measured figure (docs/decoding_and_evaluation.md), not a guarantee.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Where a training step's or a decoding call's time goes: a jax.profiler trace, per XLA op.
 
-    python benchmarks/profile_step.py --config configs/bench_base.py [--config.field=value ...]
-        [--what train|greedy|sample|beam4] [--decode_len 64] [--steps 3] [--top 25]
-        [--trace_dir /tmp/transformer_profile] [--json]
+    python -m benchmarks.experiments.profile_step --config configs/bench_base.py
+        [--config.field=value ...] [--what train|greedy|sample|beam4] [--decode_len 64]
+        [--steps 3] [--top 25] [--trace_dir /tmp/transformer_profile] [--json]
 
 --what train (default) builds the project's train step for the config on fixed-shape random
-batches (as `benchmarks/throughput.py --what train` does); greedy / sample / beam4 build the
+batches (as `python -m benchmarks.throughput --what train` does); greedy / sample / beam4 build the
 Translator's compiled decoding call for decode.batch_size random sources, forced to emit
 exactly --decode_len tokens per row (as `throughput.py --what decode` does, same settings).
 It traces `--steps` calls after compilation and warm-up, and prints each XLA op's time per
@@ -29,26 +29,15 @@ import gzip
 import json
 import os
 import re
-import sys
 import time
 
 from absl import flags
 from ml_collections import config_flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from transformer.cli.app import run_cli  # noqa: E402
-from transformer.common.errors import UserError  # noqa: E402
-
-try:  # run as `python benchmarks/profile_step.py` (script dir on sys.path) or as a module
-    from benchmarks import common
-    from benchmarks.decode_setup import decode_setup
-except ImportError:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import common
-    from decode_setup import decode_setup
+from benchmarks import common
+from benchmarks.experiments.decode_setup import decode_setup
+from transformer.cli.app import run_cli
+from transformer.common.errors import UserError
 
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
 flags.DEFINE_enum("what", "train", ["train", *common.DECODE_MODES], "What to profile.")
@@ -96,7 +85,7 @@ def build_step(config):
 def build_decode(config, mode: str, length: int):
     """(call, compiled HLO text): `call()` decodes decode.batch_size random sources of
     data.max_source_len tokens with the `mode` settings, exactly `length` tokens per row."""
-    setup = decode_setup(config, mode, length, common)
+    setup = decode_setup(config, mode, length)
     compiled = setup.compile()
     return (lambda: compiled(setup.params, setup.src, setup.row_ids)), compiled.as_text()
 

@@ -1,7 +1,7 @@
 """Decode settings compared side by side: each arm's compiled decoder called in turn, round
 after round, so drift in the machine's speed falls on every arm alike.
 
-    python benchmarks/decode_ab.py --config configs/bench_base.py \
+    python -m benchmarks.experiments.decode_ab --config configs/bench_base.py \
         --arms "weight_layout=none;weight_layout=out_in" [--modes greedy,sample,beam4] \
         [--decode_len 64] [--rounds 7] [--json]
 
@@ -22,26 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 
 from absl import flags
 from ml_collections import config_flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from transformer.cli.app import run_cli  # noqa: E402
-from transformer.common.errors import UserError  # noqa: E402
-
-try:  # run as `python benchmarks/decode_ab.py` (script dir on sys.path) or as a module
-    from benchmarks import common
-    from benchmarks.decode_setup import decode_setup
-except ImportError:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import common
-    from decode_setup import decode_setup
+from benchmarks import common
+from benchmarks.experiments.decode_setup import decode_setup
+from transformer.cli.app import run_cli
+from transformer.common.errors import UserError
 
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
 flags.DEFINE_string("arms", "", "Decode overrides per arm: 'a=1,b=2;a=3' (';' between arms).")
@@ -92,7 +81,7 @@ def arm_label(overrides: dict) -> str:
 def build_calls(config, mode: str, length: int, arms: list[dict]):
     """One zero-argument call per arm running its compiled decoder on the same sources and
     parameters; each returns the output tokens [B, R, length]."""
-    setup = decode_setup(config, mode, length, common)
+    setup = decode_setup(config, mode, length)
     calls = []
     for overrides in arms:
         settings = dataclasses.replace(setup.settings,

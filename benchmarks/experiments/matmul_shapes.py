@@ -1,8 +1,8 @@
 """The matrix products of Transformer-base in XLA, PyTorch and NumPy on this machine.
 
-    python benchmarks/matmul_shapes.py [--json] [--impls xla,xla_1thread,xla_int8,torch,...]
-        [--shapes decode32,decode128,train] [--weights cached,streamed] [--stream_mib 256]
-        [--repeats 20]
+    python -m benchmarks.experiments.matmul_shapes [--json]
+        [--impls xla,xla_1thread,xla_int8,torch,...] [--shapes decode32,decode128,train]
+        [--weights cached,streamed] [--stream_mib 256] [--repeats 20]
 
 Each figure is 2 M K N / the median time of one random [M, K] by [K, N] float32 product
 (after 3 warm-up calls), in GFLOP/s, one row per implementation and weight placement:
@@ -60,11 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # run as `python benchmarks/matmul_shapes.py` (script dir on sys.path) or as a module
-    from benchmarks.common import emit
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import emit
+from benchmarks.common import emit
 
 D, F, V = 512, 2048, 8000
 SHAPES = {
@@ -185,11 +181,14 @@ def _measure_in_subprocess(shapes: list[str], weights: list[str], repeats: int,
                            stream_mib: int) -> list[dict]:  # fmt: skip
     """xla_1thread: XLA's threading is fixed when the backend starts, so a fresh process."""
     env = dict(os.environ, XLA_FLAGS=ONE_THREAD_XLA, JAX_PLATFORMS="cpu")
-    command = [sys.executable, __file__, "--_rows_of=xla", "--shapes", ",".join(shapes),
-               "--weights", ",".join(weights), "--repeats", str(repeats),
-               "--stream_mib", str(stream_mib)]  # fmt: skip
-    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    command = [sys.executable, "-m", __spec__.name, "--_rows_of=xla"]
+    command += ["--shapes", ",".join(shapes), "--weights", ",".join(weights)]
+    command += ["--repeats", str(repeats), "--stream_mib", str(stream_mib)]
+    # `-m` finds the package from the working directory, so the child starts in the
+    # repository root wherever this process was started from.
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(command, env=env, cwd=root, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
-"""The decoding set-up profile_step.py and decode_ab.py share: a random-init model of the
-config, decode.batch_size random sources of data.max_source_len tokens, and the mode's
+"""The decoding set-up the profile_step and decode_ab experiments share: a random-init model
+of the config, decode.batch_size random sources of data.max_source_len tokens, and the mode's
 decode settings forced to emit exactly `length` tokens per row (benchmarks/common's
 `forced_length_overrides`), so a random model does fixed work per call."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from benchmarks import common
 from transformer.common.errors import UserError
 
 
@@ -33,8 +34,7 @@ class DecodeSetup:
         ).compile()
 
 
-def decode_setup(config, mode: str, length: int, common) -> DecodeSetup:
-    """`common` is benchmarks/common (imported by the caller, which knows how it was run)."""
+def decode_setup(config, mode: str, length: int) -> DecodeSetup:
     import jax.numpy as jnp
     from flax import nnx
 
