@@ -11,6 +11,7 @@ from flax import nnx
 
 from tests.helpers import fast_subset, tiny_model_config
 from transformer import Transformer
+from transformer.model.differentiation import Differentiation
 
 SRC = jnp.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], jnp.int32)
 TGT = jnp.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]], jnp.int32)
@@ -114,9 +115,8 @@ def test_block_remat_gives_the_same_gradients(dropout_rate):
     def model(remat):
         rates = dict(dropout_rate=dropout_rate, attention_dropout_rate=dropout_rate)
         cfg = tiny_model_config(**rates)  # 1 + 1 blocks
-        m = Transformer(cfg, rngs=nnx.Rngs(0))
-        m.remat_blocks = remat
-        return m
+        differentiation = Differentiation(remat_blocks=remat)
+        return Transformer(cfg, rngs=nnx.Rngs(0), differentiation=differentiation)
 
     call = dict(deterministic=False, dropout_rng=jax.random.key(7))
     plain, remat = model(False), model(True)

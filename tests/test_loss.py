@@ -1,8 +1,8 @@
 """The loss and the hand-written gradients against independent formulations.
 
-`cross_entropy`, `tied_logits` and `matmul` carry custom VJPs chosen for speed; here each value
-is checked against the textbook formula in NumPy and each gradient against JAX's autodiff of a
-plain formulation.
+`cross_entropy`, `cpu_tied_logits` and `cpu_matmul` carry custom VJPs chosen for speed; here
+each value is checked against the textbook formula in NumPy and each gradient against JAX's
+autodiff of a plain formulation.
 """
 
 import jax
@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.model.layers import matmul, tied_logits
+from transformer.model.differentiation import cpu_matmul as matmul
+from transformer.model.differentiation import cpu_tied_logits as tied_logits
 from transformer.training.loss import cross_entropy
 
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.layers import Dense, _dtype
 from transformer.model.position_schemes import Rotation
@@ -87,13 +88,22 @@ class Attention(nnx.Module):
     outside; at their defaults (None, False) the traced program holds neither.
     """
 
-    def __init__(self, cfg, *, out_init_scale: float, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        cfg,
+        *,
+        out_init_scale: float,
+        rngs: nnx.Rngs,
+        differentiation: Differentiation = AUTODIFF,
+    ):
         self.num_heads = cfg.num_heads
         self.kv_heads = cfg.kv_heads
         self.head_dim = cfg.head_dim
         self.attention_dropout_rate = cfg.attention_dropout_rate
         self.attention_impl = cfg.attention_impl
-        common = dict(use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs)
+        common = dict(
+            use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs, differentiation=differentiation
+        )
         d, hd = cfg.d_model, cfg.head_dim
         self.query = Dense(d, cfg.num_heads * hd, **common)
         self.key = Dense(d, cfg.kv_heads * hd, **common)

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
 
 xavier = nnx.initializers.xavier_uniform()
@@ -15,12 +16,21 @@ class Dense(nnx.Module):
     """y = x @ W + b with W [in, out] kept float32 and the product computed in `dtype`."""
 
     def __init__(
-        self, d_in: int, d_out: int, *, use_bias: bool, dtype, rngs: nnx.Rngs, init_scale=1.0
+        self,
+        d_in: int,
+        d_out: int,
+        *,
+        use_bias: bool,
+        dtype,
+        rngs: nnx.Rngs,
+        init_scale=1.0,
+        differentiation: Differentiation = AUTODIFF,
     ):
         kernel = xavier(rngs.params(), (d_in, d_out), jnp.float32) * init_scale
         self.kernel = nnx.Param(kernel)
         self.bias = nnx.Param(jnp.zeros((d_out,), jnp.float32)) if use_bias else None
         self.dtype = dtype
+        self.differentiation = differentiation
         # A decode-time copy of the weights (decode_weights.Projection), set for decoding by
         # decode_weights.prepare_decoder; when set it computes the layer.
         self.decode_projection = nnx.data(None)
@@ -28,85 +38,33 @@ class Dense(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.decode_projection is not None:
             return self.decode_projection(x, self.dtype)
-        y = matmul(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        y = self.differentiation.matmul(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
 
 
-@jax.custom_vjp
-def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
-    """x [..., in] @ kernel [in, out], with the kernel gradient's transpose put on the narrower
-    of x and the output gradient.
-
-    The kernel gradient contracts over the token axis, the major axis of both x [N, in] and
-    dy [N, out], so XLA's CPU backend copies one of them transposed; left to itself it picks
-    x even when in > out (a [N, 2048] copy in the feed-forward output layer where a [N, 512]
-    one would do; ~0.1 s per step at Transformer-base sizes).
-    """
-    return jnp.dot(x, kernel)
-
-
-def _matmul_fwd(x, kernel):
-    return jnp.dot(x, kernel), (x, kernel)
-
-
-def _matmul_bwd(residuals, d_y):
-    x, kernel = residuals
-    d_x = jnp.dot(d_y, kernel.T)
-    x_2d = x.reshape(-1, x.shape[-1])  # [N, in]
-    d_y_2d = d_y.reshape(-1, d_y.shape[-1])  # [N, out]
-    if x_2d.shape[1] <= d_y_2d.shape[1]:
-        d_kernel = jnp.dot(x_2d.T, d_y_2d)  # [in, out]
-    else:
-        d_kernel = jnp.dot(d_y_2d.T, x_2d).T
-    return d_x, d_kernel
-
-
-matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
-
 class Embed(nnx.Module):
     """Token embedding table [vocab, d]; lookups are scaled by sqrt(d) by the caller."""
 
-    def __init__(self, vocab_size: int, d_model: int, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        *,
+        rngs: nnx.Rngs,
+        differentiation: Differentiation = AUTODIFF,
+    ):
         init = nnx.initializers.normal(stddev=d_model**-0.5)
         self.embedding = nnx.Param(init(rngs.params(), (vocab_size, d_model), jnp.float32))
+        self.differentiation = differentiation
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
         return jnp.take(self.embedding[...], tokens, axis=0)
 
     def attend(self, x: jax.Array) -> jax.Array:
         """Tied output projection: x [..., d] -> logits [..., vocab], in float32."""
-        return tied_logits(x.astype(jnp.float32), self.embedding[...])
-
-
-@jax.custom_vjp
-def tied_logits(x: jax.Array, embedding: jax.Array) -> jax.Array:
-    """x [..., d] @ embedding[V, d].T -> [..., V].
-
-    Autodiff computes the table's gradient as dlogits^T @ x, and XLA's CPU backend writes the
-    [tokens, V] logits gradient transposed to feed that product (~0.4 s per step at V = 8000,
-    3k tokens). (x^T @ dlogits)^T gives the same numbers but transposes only x and the
-    [d, V] result, both V / d or tokens / V times smaller.
-    """
-    return jnp.einsum("...d,vd->...v", x, embedding)
-
-
-def _tied_logits_fwd(x, embedding):
-    return tied_logits(x, embedding), (x, embedding)
-
-
-def _tied_logits_bwd(residuals, d_logits):
-    x, embedding = residuals
-    d_x = jnp.einsum("...v,vd->...d", d_logits, embedding)
-    x_2d = x.reshape(-1, x.shape[-1])  # [N, d]
-    d_logits_2d = d_logits.reshape(-1, d_logits.shape[-1])  # [N, V]
-    d_embedding = jnp.dot(x_2d.T, d_logits_2d).T  # [V, d]
-    return d_x, d_embedding
-
-
-tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
+        return self.differentiation.tied_logits(x.astype(jnp.float32), self.embedding[...])
 
 
 class Norm(nnx.Module):
@@ -152,8 +110,17 @@ ACTIVATION_FNS = {
 class FeedForward(nnx.Module):
     """d_model -> d_ff -> d_model; gated variants compute act(x W1) * (x Wg) (Shazeer, 2020)."""
 
-    def __init__(self, cfg, *, out_init_scale: float, rngs: nnx.Rngs):
-        common = dict(use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs)
+    def __init__(
+        self,
+        cfg,
+        *,
+        out_init_scale: float,
+        rngs: nnx.Rngs,
+        differentiation: Differentiation = AUTODIFF,
+    ):
+        common = dict(
+            use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs, differentiation=differentiation
+        )
         self.wi = Dense(cfg.d_model, cfg.d_ff, **common)
         self.wg = Dense(cfg.d_model, cfg.d_ff, **common) if cfg.gated else None
         self.wo = Dense(cfg.d_ff, cfg.d_model, init_scale=out_init_scale, **common)

@@ -17,6 +17,7 @@ from flax import nnx
 from transformer.model import masks
 from transformer.model.attention import Attention
 from transformer.model.config import ModelConfig
+from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.layers import Dense, Embed, FeedForward, Norm, _dtype
 from transformer.model.position_schemes import SCHEMES, PositionScheme
@@ -39,9 +40,17 @@ class Sublayer(nnx.Module):
 
 
 class EncoderBlock(nnx.Module):
-    def __init__(self, cfg: ModelConfig, *, out_init_scale: float, rngs: nnx.Rngs):
-        self.self_attention = Attention(cfg, out_init_scale=out_init_scale, rngs=rngs)
-        self.ffn = FeedForward(cfg, out_init_scale=out_init_scale, rngs=rngs)
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        out_init_scale: float,
+        rngs: nnx.Rngs,
+        differentiation: Differentiation,
+    ):
+        layers = dict(out_init_scale=out_init_scale, rngs=rngs, differentiation=differentiation)
+        self.self_attention = Attention(cfg, **layers)
+        self.ffn = FeedForward(cfg, **layers)
         self.attention_sublayer = Sublayer(cfg)
         self.ffn_sublayer = Sublayer(cfg)
 
@@ -57,10 +66,18 @@ class EncoderBlock(nnx.Module):
 
 
 class DecoderBlock(nnx.Module):
-    def __init__(self, cfg: ModelConfig, *, out_init_scale: float, rngs: nnx.Rngs):
-        self.self_attention = Attention(cfg, out_init_scale=out_init_scale, rngs=rngs)
-        self.cross_attention = Attention(cfg, out_init_scale=out_init_scale, rngs=rngs)
-        self.ffn = FeedForward(cfg, out_init_scale=out_init_scale, rngs=rngs)
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        out_init_scale: float,
+        rngs: nnx.Rngs,
+        differentiation: Differentiation,
+    ):
+        layers = dict(out_init_scale=out_init_scale, rngs=rngs, differentiation=differentiation)
+        self.self_attention = Attention(cfg, **layers)
+        self.cross_attention = Attention(cfg, **layers)
+        self.ffn = FeedForward(cfg, **layers)
         self.self_sublayer = Sublayer(cfg)
         self.cross_sublayer = Sublayer(cfg)
         self.ffn_sublayer = Sublayer(cfg)
@@ -106,37 +123,43 @@ class DecoderBlock(nnx.Module):
 class Transformer(nnx.Module):
     """Encoder-decoder Transformer; ``model(src, tgt_in)`` returns float32 logits [B, T, V]."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        rngs: nnx.Rngs,
+        differentiation: Differentiation = AUTODIFF,
+    ):
+        """differentiation: how the backward pass runs (differentiation.py; values unchanged)."""
         if cfg.vocab_size is None:
             raise ValueError(
                 "ModelConfig.vocab_size is None: give the vocabulary size (train.py takes it "
                 "from the run's tokenizer)"
             )
         self.cfg = cfg
-        self.src_embed = Embed(cfg.vocab_size, cfg.d_model, rngs=rngs)
+        self.differentiation = differentiation
+        embed = dict(rngs=rngs, differentiation=differentiation)
+        self.src_embed = Embed(cfg.vocab_size, cfg.d_model, **embed)
         self.tgt_embed = (
-            None if cfg.share_embeddings else Embed(cfg.vocab_size, cfg.d_model, rngs=rngs)
+            None if cfg.share_embeddings else Embed(cfg.vocab_size, cfg.d_model, **embed)
         )
         # The positional scheme of each stack's self-attention (position_schemes).
         scheme = SCHEMES[cfg.position]
         self.encoder_positions: PositionScheme = scheme(cfg, causal=False, rngs=rngs)
         self.decoder_positions: PositionScheme = scheme(cfg, causal=True, rngs=rngs)
-        # Set from outside (train.remat='block'): each block's activations are recomputed in
-        # the backward pass instead of kept, trading compute for memory. Off: not traced.
-        self.remat_blocks = False
         # Decode-time copy of the output projection (decode_weights.prepare_decoder).
         self.decode_output = nnx.data(None)
         enc_scale = _residual_scale(cfg, cfg.num_encoder_layers)
         dec_scale = _residual_scale(cfg, cfg.num_decoder_layers)
         self.encoder_layers = nnx.List(
             [
-                EncoderBlock(cfg, out_init_scale=enc_scale, rngs=rngs)
+                EncoderBlock(cfg, out_init_scale=enc_scale, **embed)
                 for _ in range(cfg.num_encoder_layers)
             ]
         )
         self.decoder_layers = nnx.List(
             [
-                DecoderBlock(cfg, out_init_scale=dec_scale, rngs=rngs)
+                DecoderBlock(cfg, out_init_scale=dec_scale, **embed)
                 for _ in range(cfg.num_decoder_layers)
             ]
         )
@@ -197,7 +220,7 @@ class Transformer(nnx.Module):
         mask = masks.segment_mask(src_segments, src_segments)
         ctx = self._self_attention_inputs(scheme, mask, src_positions, src_positions)
         for layer in self.encoder_layers:
-            x = self._maybe_remat(lambda block, h: block(h, ctx, keys))(layer, x)
+            x = self.differentiation.block(lambda block, h: block(h, ctx, keys))(layer, x)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return x
@@ -252,7 +275,7 @@ class Transformer(nnx.Module):
                 def block_fn(block, h, kv=cross_kv[i]):
                     return block(h, ctx, kv, cross_mask, keys)[0]
 
-                x = self._maybe_remat(block_fn)(layer, x)
+                x = self.differentiation.block(block_fn)(layer, x)
                 continue
             x, layer_cache = layer(
                 x, ctx, cross_kv[i], cross_mask, keys, cache=cache[i], cache_index=cache_index
@@ -261,10 +284,6 @@ class Transformer(nnx.Module):
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.logits(x), new_cache
-
-    def _maybe_remat(self, block_fn):
-        """block_fn(block, x) -> x, under nnx.remat when remat_blocks is set."""
-        return nnx.remat(block_fn) if self.remat_blocks else block_fn
 
     def _decoder_self_attention_inputs(
         self, tgt_in, tgt_segments, tgt_positions, cache: Cache | None, cache_index

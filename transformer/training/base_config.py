@@ -105,6 +105,9 @@ def _train_section() -> ml_collections.ConfigDict:
     train.parallelism = "mesh"  # mesh | pmap
     train.fsdp = 1  # size of the mesh's 'fsdp' axis (parameter/optimizer sharding)
     train.remat = "none"  # none | block: recompute each block's activations in the backward pass
+    # auto | on | off: the dense products' hand-written CPU backward products
+    # (model/differentiation.py); auto: on where they pay (run_state.HAND_WRITTEN_VJPS_AUTO).
+    train.hand_written_vjps = "auto"
     train.log_every = 50
     train.eval_every = 1000
     train.checkpoint_every = 1000

@@ -48,6 +48,7 @@ def load_config_file(path: str | os.PathLike) -> ml_collections.ConfigDict:
 
 
 REMAT_MODES = ("none", "block")
+HAND_WRITTEN_VJPS = ("auto", "on", "off")
 
 
 def _check_attention_backend(model_cfg: ModelConfig) -> None:
@@ -72,7 +73,29 @@ def validate(config: ml_collections.ConfigDict) -> Validated:
     """Rejects unknown sections/keys and invalid values with one-line errors; returns the
     model and decode settings it built on the way, so nothing builds them twice. Runs before
     any work starts."""
-    base = _base()  # its sections and keys are the valid ones
+    _check_sections_and_keys(config)
+    try:
+        model_cfg = ModelConfig.from_dict(config.model)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"config.model: {e}") from None
+    _check_attention_backend(model_cfg)
+    _check_train_section(config.train)
+    if config.model.share_embeddings and not config.data.shared_vocab:
+        raise UserError(
+            "model.share_embeddings=True needs data.shared_vocab=True (one vocabulary); "
+            "set one of them differently"
+        )
+    from transformer.data import check_vocab_config, make_layout
+    from transformer.inference.translator import DecodeSettings
+
+    check_vocab_config(config.data)
+    make_layout(config)  # batching and length limits
+    return Validated(model_cfg, DecodeSettings.from_config(config.decode))
+
+
+def _check_sections_and_keys(config: ml_collections.ConfigDict) -> None:
+    """The sections and keys are the base config's (transformer.get_base_config)."""
+    base = _base()
     for section in config:
         if section not in base:
             raise UserError(f"unknown config section {section!r}; valid: {', '.join(base)}")
@@ -87,18 +110,25 @@ def validate(config: ml_collections.ConfigDict) -> Validated:
                 f"unknown config key(s) {', '.join(f'{section}.{k}' for k in unknown)}; "
                 f"valid keys: {', '.join(sorted(base[section]))}"
             )
-    try:
-        model_cfg = ModelConfig.from_dict(config.model)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"config.model: {e}") from None
-    _check_attention_backend(model_cfg)
-    t = config.train
+
+
+POSITIVE_TRAIN_INTS = (
+    "num_steps",
+    "log_every",
+    "eval_every",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "grad_accum_steps",
+    "batch_size",
+)
+
+
+def _check_train_section(t: ml_collections.ConfigDict) -> None:
     check_schedule(t.schedule)
     check_parallelism(t.parallelism, t.fsdp)
-    if t.remat not in REMAT_MODES:
-        raise UserError(f"train.remat must be one of {', '.join(REMAT_MODES)}, got {t.remat!r}")
-    for name in ("num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-                 "grad_accum_steps", "batch_size"):  # fmt: skip
+    _check_choice("train.remat", t.remat, REMAT_MODES)
+    _check_choice("train.hand_written_vjps", t.hand_written_vjps, HAND_WRITTEN_VJPS)
+    for name in POSITIVE_TRAIN_INTS:
         if not isinstance(t[name], int) or t[name] < 1:
             raise UserError(f"train.{name} must be a positive integer, got {t[name]!r}")
     if t.batch_size % t.grad_accum_steps:
@@ -114,17 +144,11 @@ def validate(config: ml_collections.ConfigDict) -> Validated:
         )
     if t.learning_rate <= 0:
         raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
-    if config.model.share_embeddings and not config.data.shared_vocab:
-        raise UserError(
-            "model.share_embeddings=True needs data.shared_vocab=True (one vocabulary); "
-            "set one of them differently"
-        )
-    from transformer.data import check_vocab_config, make_layout
-    from transformer.inference.translator import DecodeSettings
 
-    check_vocab_config(config.data)
-    make_layout(config)  # batching and length limits
-    return Validated(model_cfg, DecodeSettings.from_config(config.decode))
+
+def _check_choice(name: str, value, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise UserError(f"{name} must be one of {', '.join(valid)}, got {value!r}")
 
 
 def resolve_vocab_size(config: ml_collections.ConfigDict, src_tok, tgt_tok) -> int:

@@ -10,6 +10,7 @@ import jax
 from flax import nnx
 
 from transformer.common.errors import UserError
+from transformer.model.differentiation import Differentiation
 from transformer.model.transformer import Transformer
 from transformer.training.steps import TrainState, init_state
 
@@ -18,12 +19,27 @@ def build_model(model_cfg, seed: int) -> Transformer:
     return Transformer(model_cfg, rngs=nnx.Rngs(params=seed))
 
 
+# The platforms where the hand-written backward products pay (train.hand_written_vjps='auto'):
+# benchmarks/experiments/README.md gives the measurement.
+HAND_WRITTEN_VJPS_AUTO = ("cpu",)
+
+
 def build_train_model(model_cfg, train_config) -> Transformer:
-    """The model a run trains: initialised from train.seed, its blocks rematerialised in the
-    backward pass when train.remat is 'block' (the flag travels in the graphdef)."""
-    model = build_model(model_cfg, int(train_config.seed))
-    model.remat_blocks = train_config.remat == "block"
-    return model
+    """The model a run trains: initialised from train.seed and differentiated as the train
+    section says (train.remat, train.hand_written_vjps); the choice travels in the graphdef."""
+    differentiation = Differentiation(
+        remat_blocks=train_config.remat == "block",
+        hand_written_vjps=uses_hand_written_vjps(train_config.hand_written_vjps),
+    )
+    rngs = nnx.Rngs(params=int(train_config.seed))
+    return Transformer(model_cfg, rngs=rngs, differentiation=differentiation)
+
+
+def uses_hand_written_vjps(setting: str, platform: str | None = None) -> bool:
+    """train.hand_written_vjps resolved on `platform` (default: JAX's default backend)."""
+    if setting == "auto":
+        return (platform or jax.default_backend()) in HAND_WRITTEN_VJPS_AUTO
+    return setting == "on"
 
 
 def abstract_train_state(model_cfg, optimizer):
