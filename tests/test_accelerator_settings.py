@@ -12,6 +12,7 @@ from flax import nnx
 from tests.helpers import fast_subset, tiny_model_config
 from transformer import Transformer
 from transformer.model.differentiation import Differentiation
+from transformer.model.instrumentation import Instrumentation
 
 SRC = jnp.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], jnp.int32)
 TGT = jnp.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]], jnp.int32)
@@ -96,9 +97,10 @@ def test_sites_the_fused_kernel_cannot_serve_use_einsum():
     np.testing.assert_array_equal(np.asarray(einsum(SRC, TGT, **call)),
                                   np.asarray(fused(SRC, TGT, **call)))  # fmt: skip
     # Attention probabilities for analysis: sown by the einsum path.
-    layer = fused.encoder_layers[0].self_attention
-    layer.sow_probabilities = True
-    _, state = nnx.capture(lambda m: m.encode(SRC), nnx.Intermediate)(fused)
+    captured = Transformer(
+        fused.cfg, rngs=nnx.Rngs(0), instrumentation=Instrumentation(capture_attention=True)
+    )
+    _, state = nnx.capture(lambda m: m.encode(SRC), nnx.Intermediate)(captured)
     (probs,) = jax.tree.leaves(state)
     assert probs.shape == (2, 4, 7, 7)
     np.testing.assert_allclose(np.asarray(probs.sum(-1)), 1.0, atol=1e-5)

@@ -15,21 +15,35 @@ from transformer.cli import analyze as analyze_cli
 from transformer.common.errors import UserError
 from transformer.common.special_ids import BOS_ID
 from transformer.inference.translator import DecodeSettings, Translator
+from transformer.model.instrumentation import PLAIN, HeadMask, Instrumentation
 from transformer.model.masks import shift_right
 from transformer.research.attention_stats import KINDS, collect_attention, flag_heads
 from transformer.research.head_masking import (
     HeadAnalyzer,
     head_masks,
+    masked_model_state,
     parse_mask_spec,
     set_head_masks,
     with_head_masks,
 )
 
+CAPTURE = Instrumentation(capture_attention=True)
+CAPTURE_AND_MASKS = Instrumentation(capture_attention=True, head_masks=True)
 
-def _model(**kw):
-    cfg = ModelConfig(vocab_size=50, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=2,
-                      num_decoder_layers=2, dropout_rate=0.0, max_len=32, **kw)  # fmt: skip
-    return cfg, Transformer(cfg, rngs=nnx.Rngs(0))
+
+def _model(instrumentation=PLAIN, **kw):
+    cfg = ModelConfig(
+        vocab_size=50,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dropout_rate=0.0,
+        max_len=32,
+        **kw,
+    )
+    return cfg, Transformer(cfg, rngs=nnx.Rngs(0), instrumentation=instrumentation)
 
 
 def _batch():
@@ -44,7 +58,7 @@ def _batch():
 
 
 def test_attention_rows_sum_to_one_for_real_queries():
-    cfg, model = _model(position="rope")
+    cfg, model = _model(CAPTURE, position="rope")
     b = _batch()
     tgt_in = shift_right(jnp.asarray(b["tgt"]), jnp.asarray(b["tgt_segments"]), BOS_ID)
     probs, logits = collect_attention(model, jnp.asarray(b["src"]), tgt_in)
@@ -64,8 +78,7 @@ def test_uniform_head_is_flagged_dead_and_statistics_are_shares():
     q = model.encoder_layers[0].self_attention.query  # zero queries: every score is 0
     q.kernel[...] = jnp.zeros_like(q.kernel[...])
     q.bias[...] = jnp.zeros_like(q.bias[...])
-    graphdef, params = nnx.split(model)
-    analyzer = HeadAnalyzer(graphdef, params, cfg, [_batch()])
+    analyzer = HeadAnalyzer(nnx.state(model, nnx.Param), cfg, [_batch()])
     result = analyzer.score_sample(with_stats=True)
     ent = result.stats["encoder_self"]["entropy"]
     np.testing.assert_allclose(ent[0], 1.0, atol=1e-5)  # uniform over the visible keys
@@ -86,21 +99,22 @@ def test_uniform_head_is_flagged_dead_and_statistics_are_shares():
 
 @pytest.mark.slow
 def test_masking_heads_changes_logits_only_when_something_is_masked():
-    cfg, model = _model()
+    cfg, captured = _model(CAPTURE)
+    _, model = _model(CAPTURE_AND_MASKS)
     b = _batch()
     src = jnp.asarray(b["src"])
     tgt_in = shift_right(jnp.asarray(b["tgt"]), jnp.asarray(b["tgt_segments"]), BOS_ID)
-    _, plain = collect_attention(model, src, tgt_in)
-    set_head_masks(model, head_masks(cfg))
-    _, ones = collect_attention(model, src, tgt_in)
+    _, plain = collect_attention(captured, src, tgt_in)
+    _, ones = collect_attention(model, src, tgt_in)  # built with masks of ones
     np.testing.assert_array_equal(np.asarray(plain), np.asarray(ones))
     for spec in ("encoder:1:0,encoder:1:1", "cross:0:0,cross:0:1", "decoder:1:0,decoder:1:1"):
         set_head_masks(model, head_masks(cfg, parse_mask_spec(spec, cfg)))
         _, out = collect_attention(model, src, tgt_in)
         assert np.abs(np.asarray(out) - np.asarray(plain)).max() > 1e-4, spec
     set_head_masks(model, None)
-    graphdef, params = nnx.split(model)
-    analyzer = HeadAnalyzer(graphdef, params, cfg, [b])
+    _, back = collect_attention(model, src, tgt_in)
+    np.testing.assert_array_equal(np.asarray(plain), np.asarray(back))
+    analyzer = HeadAnalyzer(nnx.state(model, nnx.Param), cfg, [b])
     assert analyzer.score_sample().loss == analyzer.score_sample(with_stats=True).loss
     assert analyzer.score_sample([("encoder_self", 0, 0)]).loss != analyzer.score_sample().loss
 
@@ -117,19 +131,25 @@ def test_parse_mask_spec_rejects_bad_items():
         raise AssertionError(f"{bad!r} accepted")
 
 
-def test_attention_is_stored_only_while_captured():
+def test_a_plain_model_traces_no_analysis_and_refuses_it():
     cfg, model = _model()
     src, tgt_in = jnp.asarray(_batch()["src"]), jnp.ones((3, 7), jnp.int32)
     graphdef, params = nnx.split(model, nnx.Param)
     # The plain forward pass (what training traces) returns the logits and nothing else.
     jaxpr = jax.make_jaxpr(lambda p: nnx.merge(graphdef, p)(src, tgt_in))(params)
     assert len(jaxpr.jaxpr.outvars) == 1
+    assert not jax.tree.leaves(nnx.state(model, HeadMask))
+    with pytest.raises(ValueError, match="built without attention capture"):
+        collect_attention(model, src, tgt_in)
+    with pytest.raises(ValueError, match="built without head masks"):
+        set_head_masks(model, head_masks(cfg))
+
+
+def test_captured_probabilities_stay_out_of_the_model():
+    cfg, model = _model(CAPTURE)
+    src, tgt_in = jnp.asarray(_batch()["src"]), jnp.ones((3, 7), jnp.int32)
     collect_attention(model, src, tgt_in)
-    model(src, tgt_in)
     assert not jax.tree.leaves(nnx.state(model, nnx.Intermediate))
-    set_head_masks(model, head_masks(cfg))
-    set_head_masks(model, None)
-    assert nnx.graphdef(model) == graphdef  # masks and switches leave no trace once off
 
 
 def test_translator_decodes_with_the_head_masks_in_its_state():
@@ -138,12 +158,13 @@ def test_translator_decodes_with_the_head_masks_in_its_state():
     settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6, batch_size=3)
     sources = [list(map(int, row[row != 0])) for row in _batch()["src"]]
     plain = Translator(graphdef, cfg, settings, None, None).translate_ids(params, sources)
-    masked_graphdef, ones = with_head_masks(graphdef, params, head_masks(cfg))
+    masked_graphdef, ones = masked_model_state(cfg, params)
     translator = Translator(masked_graphdef, cfg, settings, None, None)
     assert translator.translate_ids(ones, sources) == plain
     everything = [(kind, layer, head) for kind in KINDS for layer in range(2) for head in range(2)]
-    _, silenced = with_head_masks(graphdef, params, head_masks(cfg, everything))
+    silenced = with_head_masks(masked_graphdef, ones, head_masks(cfg, everything))
     assert translator.translate_ids(silenced, sources) != plain
+    assert translator.translate_ids(ones, sources) == plain  # the state was copied, not written
 
 
 @pytest.mark.slow

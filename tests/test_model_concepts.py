@@ -37,6 +37,7 @@ from transformer.model import masks
 from transformer.model.attention import Attention
 from transformer.model.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
 from transformer.model.dropout import KeySeq, dropout
+from transformer.model.instrumentation import Instrumentation
 from transformer.model.position import (
     alibi_bias,
     alibi_slopes,
@@ -180,16 +181,14 @@ KV_LAYOUTS = {"mha": None, "gqa": 2, "mqa": 1}
 
 def make_attention(num_kv_heads=None, **overrides) -> Attention:
     cfg = tiny(num_kv_heads=num_kv_heads, **overrides)
-    return assign_named_params(Attention(cfg, out_init_scale=1.0, rngs=nnx.Rngs(0)))
+    capture = Instrumentation(capture_attention=True)
+    attention = Attention(cfg, out_init_scale=1.0, rngs=nnx.Rngs(0), instrumentation=capture)
+    return assign_named_params(attention)
 
 
 def attend_capturing(attn: Attention, x, kv, **kwargs):
     """(output [B, T, d], probabilities [B, H, T, S]) of one call, the probabilities sown."""
-    attn.sow_probabilities = True
-    try:
-        out, sown = nnx.capture(attn, nnx.Intermediate)(x, kv, **kwargs)
-    finally:
-        attn.sow_probabilities = False
+    out, sown = nnx.capture(attn, nnx.Intermediate)(x, kv, **kwargs)
     return out, sown["probabilities"].get_value()[0]
 
 

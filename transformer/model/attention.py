@@ -3,9 +3,8 @@
 Shapes: B batch, T query length, S key length, H query heads, K key/value heads, G = H / K
 query heads per key/value head, D head dim. Keys and values are laid out [B, K, S, D], the
 layout of the decode cache, so a decode step reads the cache without transposing it.
-Analysis tools reach inside from outside: a `HeadMask` variable put on a module silences
-heads, and `sow_probabilities` sows the attention probabilities for `nnx.capture`; both are
-off by default, so training and decoding trace neither.
+What analysis sees of a module (its probabilities, head masks) is chosen when it is built
+(`instrumentation.Instrumentation`); by default the traced program holds neither.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from flax import nnx
 
 from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
+from transformer.model.instrumentation import PLAIN, HeadMask, Instrumentation
 from transformer.model.layers import Dense, _dtype
 from transformer.model.position_schemes import Rotation
 
@@ -76,17 +76,10 @@ def attend_fused(
     )
 
 
-class HeadMask(nnx.Variable):
-    """[H] of 0/1 multiplying each head's output (head-pruning studies), set from outside."""
-
-
 class Attention(nnx.Module):
-    """Self- or cross-attention sublayer: projections, optional RoPE, attend, output projection.
-
-    head_mask (a `HeadMask` or None) and sow_probabilities (sow the probabilities [B, H, T, S]
-    as nnx.Intermediate 'probabilities' for `nnx.capture`) are analysis switches set from
-    outside; at their defaults (None, False) the traced program holds neither.
-    """
+    """Self- or cross-attention sublayer: projections, the positional scheme's rotation,
+    attend, output projection; with `instrumentation`, its probabilities sown and its heads
+    masked (instrumentation.py)."""
 
     def __init__(
         self,
@@ -95,6 +88,7 @@ class Attention(nnx.Module):
         out_init_scale: float,
         rngs: nnx.Rngs,
         differentiation: Differentiation = AUTODIFF,
+        instrumentation: Instrumentation = PLAIN,
     ):
         self.num_heads = cfg.num_heads
         self.kv_heads = cfg.kv_heads
@@ -109,8 +103,10 @@ class Attention(nnx.Module):
         self.key = Dense(d, cfg.kv_heads * hd, **common)
         self.value = Dense(d, cfg.kv_heads * hd, **common)
         self.out = Dense(cfg.num_heads * hd, d, init_scale=out_init_scale, **common)
-        self.head_mask: HeadMask | None = nnx.data(None)  # data: a HeadMask may replace it
-        self.sow_probabilities = False
+        self.head_mask = (
+            HeadMask(jnp.ones((cfg.num_heads,))) if instrumentation.head_masks else None
+        )
+        self.sow_probabilities = instrumentation.capture_attention
         # Query, key and value weights side by side (decode_weights.Projection), set for
         # decoding by decode_weights.prepare_decoder: project_qkv then runs one product.
         self.decode_qkv = nnx.data(None)

@@ -19,6 +19,7 @@ from transformer.model.attention import Attention
 from transformer.model.config import ModelConfig
 from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
+from transformer.model.instrumentation import PLAIN, Instrumentation
 from transformer.model.layers import Dense, Embed, FeedForward, Norm, _dtype
 from transformer.model.position_schemes import SCHEMES, PositionScheme
 
@@ -47,9 +48,11 @@ class EncoderBlock(nnx.Module):
         out_init_scale: float,
         rngs: nnx.Rngs,
         differentiation: Differentiation,
+        instrumentation: Instrumentation,
     ):
         layers = dict(out_init_scale=out_init_scale, rngs=rngs, differentiation=differentiation)
-        self.self_attention = Attention(cfg, **layers)
+        attention = dict(layers, instrumentation=instrumentation)
+        self.self_attention = Attention(cfg, **attention)
         self.ffn = FeedForward(cfg, **layers)
         self.attention_sublayer = Sublayer(cfg)
         self.ffn_sublayer = Sublayer(cfg)
@@ -73,10 +76,12 @@ class DecoderBlock(nnx.Module):
         out_init_scale: float,
         rngs: nnx.Rngs,
         differentiation: Differentiation,
+        instrumentation: Instrumentation,
     ):
         layers = dict(out_init_scale=out_init_scale, rngs=rngs, differentiation=differentiation)
-        self.self_attention = Attention(cfg, **layers)
-        self.cross_attention = Attention(cfg, **layers)
+        attention = dict(layers, instrumentation=instrumentation)
+        self.self_attention = Attention(cfg, **attention)
+        self.cross_attention = Attention(cfg, **attention)
         self.ffn = FeedForward(cfg, **layers)
         self.self_sublayer = Sublayer(cfg)
         self.cross_sublayer = Sublayer(cfg)
@@ -129,8 +134,10 @@ class Transformer(nnx.Module):
         *,
         rngs: nnx.Rngs,
         differentiation: Differentiation = AUTODIFF,
+        instrumentation: Instrumentation = PLAIN,
     ):
-        """differentiation: how the backward pass runs (differentiation.py; values unchanged)."""
+        """differentiation: how the backward pass runs (differentiation.py; values unchanged);
+        instrumentation: what analysis sees (instrumentation.py; default nothing)."""
         if cfg.vocab_size is None:
             raise ValueError(
                 "ModelConfig.vocab_size is None: give the vocabulary size (train.py takes it "
@@ -139,6 +146,7 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.differentiation = differentiation
         embed = dict(rngs=rngs, differentiation=differentiation)
+        blocks = dict(embed, instrumentation=instrumentation)
         self.src_embed = Embed(cfg.vocab_size, cfg.d_model, **embed)
         self.tgt_embed = (
             None if cfg.share_embeddings else Embed(cfg.vocab_size, cfg.d_model, **embed)
@@ -153,13 +161,13 @@ class Transformer(nnx.Module):
         dec_scale = _residual_scale(cfg, cfg.num_decoder_layers)
         self.encoder_layers = nnx.List(
             [
-                EncoderBlock(cfg, out_init_scale=enc_scale, **embed)
+                EncoderBlock(cfg, out_init_scale=enc_scale, **blocks)
                 for _ in range(cfg.num_encoder_layers)
             ]
         )
         self.decoder_layers = nnx.List(
             [
-                DecoderBlock(cfg, out_init_scale=dec_scale, **embed)
+                DecoderBlock(cfg, out_init_scale=dec_scale, **blocks)
                 for _ in range(cfg.num_decoder_layers)
             ]
         )

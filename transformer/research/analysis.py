@@ -53,6 +53,7 @@ from transformer.common.special_ids import BOS_ID
 from transformer.data import tokenize_sources
 from transformer.evaluation.evaluator import restore_run
 from transformer.inference.translator import DecodeSettings, Translator
+from transformer.model.instrumentation import Instrumentation
 from transformer.research.attention_plots import plot_sentence, plot_statistics, token_pieces
 from transformer.research.attention_stats import (
     KINDS,
@@ -61,10 +62,12 @@ from transformer.research.attention_stats import (
     collect_attention,
     flag_heads,
     head_name,
+    instrumented_model,
 )
 from transformer.research.head_masking import (
     HeadAnalyzer,
     head_masks,
+    masked_model_state,
     parse_mask_spec,
     with_head_masks,
 )
@@ -88,25 +91,29 @@ class _GreedyTranslation:
     def __init__(self, run, batch_size: int, sources: list[str], references: list[str]):
         self.run, self.sources, self.references = run, sources, references
         d = run.config.decode
-        settings = DecodeSettings(strategy="greedy", max_len_a=float(d.max_len_a),
-                                  max_len_b=int(d.max_len_b), batch_size=batch_size)  # fmt: skip
-        graphdef, _ = self._masked(())
+        settings = DecodeSettings(
+            strategy="greedy",
+            max_len_a=float(d.max_len_a),
+            max_len_b=int(d.max_len_b),
+            batch_size=batch_size,
+        )
+        self.graphdef, self.state = masked_model_state(run.model_cfg, run.params)
         tokenizers = run.data.source_tokenizer, run.data.target_tokenizer
-        self.translator = Translator(graphdef, run.model_cfg, settings, *tokenizers)
+        self.translator = Translator(self.graphdef, run.model_cfg, settings, *tokenizers)
 
-    def _masked(self, masked) -> tuple:
+    def _masked(self, masked) -> nnx.State:
         masks = head_masks(self.run.model_cfg, masked)
-        return with_head_masks(self.run.graphdef, self.run.params, masks)
+        return with_head_masks(self.graphdef, self.state, masks)
 
     def translate_ids(self, id_lists) -> list:
         """Unmasked greedy outputs: per input, a list of one token list."""
-        return self.translator.translate_ids(self._masked(())[1], id_lists)[0]
+        return self.translator.translate_ids(self.state, id_lists)[0]
 
     def bleu(self, masked=()) -> float | None:
         """Greedy BLEU on the BLEU sample with these heads masked (None: empty sample)."""
         if not self.sources:
             return None
-        hypotheses = self.translator.translate(self._masked(masked)[1], self.sources).best
+        hypotheses = self.translator.translate(self._masked(masked), self.sources).best
         return metrics_lib.score(hypotheses, self.references).bleu
 
 
@@ -144,7 +151,7 @@ def analyze(
     )
     report["sentences"] = _heatmaps(run, translation, lines, out)
     tokenizers = run.data.source_tokenizer, run.data.target_tokenizer
-    analyzer = HeadAnalyzer(run.graphdef, run.params, run.model_cfg, list(sample), *tokenizers)
+    analyzer = HeadAnalyzer(run.params, run.model_cfg, list(sample), *tokenizers)
     report.update(_head_statistics(analyzer, translation, bleu_heads, out))
     if mask_heads:
         report["mask_heads"] = _mask_heads(mask_heads, analyzer, translation, report["baseline"])
@@ -159,7 +166,7 @@ def _heatmaps(run, translation: _GreedyTranslation, lines: list[str], out: str) 
     """Stage 1: translates each line greedily and draws the attention of the model fed its
     own translation; returns the report's "sentences"."""
     cfg, src_tok, tgt_tok = run.model_cfg, run.data.source_tokenizer, run.data.target_tokenizer
-    model = nnx.merge(run.graphdef, run.params)
+    model = instrumented_model(cfg, run.params, Instrumentation(capture_attention=True))
     ids, _ = tokenize_sources(lines, src_tok, cfg.max_len)
     outputs = translation.translate_ids(ids) if ids else []
     sentences = []

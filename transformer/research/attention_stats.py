@@ -1,8 +1,10 @@
 """Attention probabilities of a model and the per-head statistics computed from them.
 
-`collect_attention` runs a teacher-forced pass with every attention module sowing its
-probabilities (`Attention.sow_probabilities`, switched on only for that pass) and reads them
-back with `nnx.capture`, so the model's calls carry no analysis arguments. `attention_statistics`
+`instrumented_model` builds a run's model with the analysis hooks it needs
+(model/instrumentation.py: attention capture, head masks) and its trained parameters.
+`collect_attention` runs a teacher-forced pass of a model built with attention capture and
+reads the probabilities every attention module sowed back with `nnx.capture`, so the model's
+calls carry no analysis arguments. `attention_statistics`
 turns one batch of them into per-(layer, head) sums of the entropy, first-token, EOS and
 punctuation, and positional shares; `flag_heads` names the dead, sink and positional heads.
 What each statistic means: transformer/research/analysis.py.
@@ -19,6 +21,8 @@ from flax import nnx
 
 from transformer.common.special_ids import EOS_ID, PAD_ID
 from transformer.model.attention import Attention
+from transformer.model.instrumentation import Instrumentation
+from transformer.model.transformer import Transformer
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 # kind -> (the Transformer's layer list, the attention module in each of its layers)
@@ -29,6 +33,14 @@ ATTENTION_PATHS = {
 }
 STATS = ("entropy", "first_token", "punct_eos", "same", "previous", "next")
 THRESHOLDS = {"dead_entropy": 0.9, "sink_share": 0.5, "positional_share": 0.5}
+
+
+def instrumented_model(model_cfg, params, instrumentation: Instrumentation) -> Transformer:
+    """The model of `model_cfg` built with `instrumentation`, holding `params` (the Param
+    state of a model of the same config); head masks start at ones (nothing masked)."""
+    model = Transformer(model_cfg, rngs=nnx.Rngs(0), instrumentation=instrumentation)
+    nnx.update(model, params)
+    return model
 
 
 def attention_modules(model) -> dict[str, list[Attention]]:
@@ -54,17 +66,16 @@ def teacher_forced_logits(model, src, tgt_in) -> jax.Array:
 def collect_attention(model, src, tgt_in) -> tuple[dict, jax.Array]:
     """Teacher-forced pass capturing attention: ({kind: [layers] of [B, H, T, S]}, logits).
 
-    src [B, S] and tgt_in [B, T] hold one sentence per row (0 = padding). Head masks set on
-    the model (head_masking.set_head_masks) apply.
+    The model is one built with attention capture (`instrumented_model`); src [B, S] and
+    tgt_in [B, T] hold one sentence per row (0 = padding). Its head masks, if any, apply.
     """
     modules = [m for per_layer in attention_modules(model).values() for m in per_layer]
-    for module in modules:
-        module.sow_probabilities = True
-    try:
-        logits, sown = nnx.capture(teacher_forced_logits, nnx.Intermediate)(model, src, tgt_in)
-    finally:  # the model goes back to not storing probabilities
-        for module in modules:
-            module.sow_probabilities = False
+    if not all(m.sow_probabilities for m in modules):
+        raise ValueError(
+            "the model was built without attention capture: build it with "
+            "Instrumentation(capture_attention=True) (instrumented_model)"
+        )
+    logits, sown = nnx.capture(teacher_forced_logits, nnx.Intermediate)(model, src, tgt_in)
     probs = {}
     for kind, (stack, attr) in ATTENTION_PATHS.items():
         layers = range(len(getattr(model, stack)))

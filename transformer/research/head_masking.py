@@ -1,10 +1,11 @@
 """Head masking: naming heads to silence, putting the masks on a model, and what they cost.
 
 A spec 'encoder:0:1,cross:1:3' names heads as kind:layer:head (`parse_mask_spec`);
-`head_masks` turns a set of heads into 0/1 arrays and `set_head_masks` puts them on the
-model's attention modules as `HeadMask` state, which the modules read themselves: nothing is
-passed through the model's calls, and a model without masks traces no multiply.
-`with_head_masks` gives the (graphdef, state) of a masked model for a `Translator`.
+`head_masks` turns a set of heads into 0/1 arrays and `set_head_masks` writes them into the
+`HeadMask` state of a model built with head masks (model/instrumentation.py), which the
+attention modules read themselves: nothing is passed through the model's calls, and a model
+built without masks traces no multiply. `masked_model_state` builds a run's model with head
+masks once; `with_head_masks` gives its state with a mask set, for a `Translator`.
 `HeadAnalyzer` measures the teacher-forced loss and attention statistics over fixed batches
 with any heads masked, and each head's importance: the loss increase when it alone is masked.
 """
@@ -20,13 +21,14 @@ from flax import nnx
 
 from transformer.common.errors import UserError
 from transformer.common.special_ids import BOS_ID, EOS_ID
-from transformer.model.attention import HeadMask
+from transformer.model.instrumentation import Instrumentation
 from transformer.model.masks import shift_right
 from transformer.research.attention_stats import (
     KINDS,
     attention_modules,
     attention_statistics,
     collect_attention,
+    instrumented_model,
     punct_table,
     teacher_forced_logits,
 )
@@ -87,27 +89,36 @@ def head_masks(cfg, masked=()) -> tuple[np.ndarray, np.ndarray]:
 
 
 def set_head_masks(model, masks: tuple | None) -> None:
-    """Puts `head_masks` arrays (encoder [layers, H], decoder [layers, 2, H]) on the model's
-    attention modules as `HeadMask` state; None takes every mask off."""
+    """Writes `head_masks` arrays (encoder [layers, H], decoder [layers, 2, H]) into the
+    model's `HeadMask` state; None writes ones (nothing masked). The model is one built with
+    head masks (`masked_model_state`, or Instrumentation(head_masks=True))."""
     modules = attention_modules(model)
+    if any(a.head_mask is None for per_layer in modules.values() for a in per_layer):
+        raise ValueError(
+            "the model was built without head masks: build it with "
+            "Instrumentation(head_masks=True) (masked_model_state)"
+        )
     if masks is None:
-        for per_layer in modules.values():
-            for attention in per_layer:
-                attention.head_mask = None
-        return
+        masks = head_masks(model.cfg)
     enc, dec = masks
     per_kind = {"encoder_self": enc, "decoder_self": dec[:, 0], "cross": dec[:, 1]}  # [L, H]
     for kind, per_layer in modules.items():
         for layer, attention in enumerate(per_layer):
-            attention.head_mask = HeadMask(jnp.asarray(per_kind[kind][layer]))
+            attention.head_mask[...] = jnp.asarray(per_kind[kind][layer])
 
 
-def with_head_masks(graphdef, params, masks: tuple) -> tuple:
-    """(graphdef, state) from `nnx.split` of the model with these masks set. The graphdef is
-    the same for every mask set, so one Translator built on it decodes each state."""
-    model = nnx.merge(graphdef, params)
+def masked_model_state(model_cfg, params, *, capture_attention: bool = False) -> tuple:
+    """(graphdef, state) of the model built with head masks (all ones) holding `params`; one
+    graphdef serves every mask set, so one Translator or jitted function decodes each."""
+    instrumentation = Instrumentation(head_masks=True, capture_attention=capture_attention)
+    return nnx.split(instrumented_model(model_cfg, params, instrumentation))
+
+
+def with_head_masks(graphdef, state, masks: tuple) -> nnx.State:
+    """A copy of `state` (of a `masked_model_state` graphdef) with these masks written in."""
+    model = nnx.merge(graphdef, state, copy=True)
     set_head_masks(model, masks)
-    return nnx.split(model)
+    return nnx.state(model)
 
 
 def make_batch_fn(graphdef, *, with_stats: bool):
@@ -145,15 +156,18 @@ class SampleResult:
 class HeadAnalyzer:
     """Loss and per-head statistics of a model over fixed eval batches, any heads masked."""
 
-    def __init__(self, graphdef, params, model_cfg, batches, src_tok=None, tgt_tok=None):
-        self.graphdef, self.params, self.cfg = graphdef, params, model_cfg
+    def __init__(self, params, model_cfg, batches, src_tok=None, tgt_tok=None):
+        """params: the Param state of a model of `model_cfg` (a restored run's)."""
+        self.cfg = model_cfg
+        stats_graphdef, self.params = masked_model_state(model_cfg, params, capture_attention=True)
+        loss_graphdef, _ = masked_model_state(model_cfg, params)
         keys = ("src", "tgt", "src_segments", "tgt_segments")
         self.batches = [{k: jnp.asarray(b[k]) for k in keys} for b in batches]
         eos_only = np.eye(model_cfg.vocab_size, dtype=bool)[EOS_ID]
         self.src_punct = jnp.asarray(punct_table(src_tok) if src_tok is not None else eos_only)
         self.tgt_punct = jnp.asarray(punct_table(tgt_tok) if tgt_tok is not None else eos_only)
-        self._stats_fn = make_batch_fn(graphdef, with_stats=True)
-        self._loss_fn = make_batch_fn(graphdef, with_stats=False)
+        self._stats_fn = make_batch_fn(stats_graphdef, with_stats=True)
+        self._loss_fn = make_batch_fn(loss_graphdef, with_stats=False)
 
     def score_sample(self, masked=(), *, with_stats: bool = False) -> SampleResult:
         """Mean token NLL of the teacher-forced sample with the `masked` heads silenced, and
