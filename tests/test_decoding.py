@@ -20,6 +20,7 @@ from hypothesis import given, settings
 
 from transformer.inference import search
 from transformer.inference.beam import BeamState, beam_search, beam_step
+from transformer.inference.filters import FilterChain, MinLength, decode_filters
 
 PAD, BOS, EOS = 0, 2, 3
 V = 6
@@ -177,11 +178,12 @@ def _decoder(kind, max_len, **static):
     @jax.jit
     def run(table, bonus, rows, rngs, max_lens, min_len, temperature):
         fn, cache = markov_fn(table, bonus), init_cache(rows)
-        kw = dict(max_len=max_len, max_lens=max_lens, min_len=min_len, return_cache=True)
+        kw = dict(max_len=max_len, max_lens=max_lens, return_cache=True)
         if kind == "greedy":
-            out, c = search.greedy(fn, cache, **kw)
+            out, c = search.greedy(fn, cache, filters=FilterChain(MinLength(min_len)), **kw)
         else:
-            out, c = search.sample(fn, cache, rngs=rngs, temperature=temperature, **kw, **static)
+            filters = decode_filters(min_len=min_len, temperature=temperature, **static)
+            out, c = search.sample(fn, cache, rngs=rngs, filters=filters, **kw)
         return out, c["count"][0]
 
     return run
@@ -222,7 +224,7 @@ def _beam(batch_size, beam_size, max_len, n_best):
             beam_size=beam_size,
             max_len=max_len,
             max_lens=max_lens,
-            min_len=min_len,
+            filters=FilterChain(MinLength(min_len)),
             alpha=alpha,
             n_best=n_best,
             return_cache=True,
@@ -257,10 +259,21 @@ def confident_tables():
 
 
 # --------------------------------------------------------------------------------------
-# filter_logits
+# The decode settings' filter chain, full-vocabulary and candidate paths
 # --------------------------------------------------------------------------------------
 
-_filter = jax.jit(search.filter_logits, static_argnames="top_k")
+
+def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
+    """The full-vocabulary path of the settings' chain (temperature -> top-k -> top-p)."""
+    return decode_filters(temperature=temperature, top_k=top_k, top_p=top_p)(logits, 0)
+
+
+def top_candidates(logits, temperature=1.0, top_k=1, top_p=1.0):
+    """The same chain's candidate path: (values [..., k], ids [..., k]), best first."""
+    return decode_filters(temperature=temperature, top_k=top_k, top_p=top_p).candidates(logits, 0)
+
+
+_filter = jax.jit(filter_logits, static_argnames="top_k")
 LOGITS = np.log(np.array([0.4, 0.3, 0.2, 0.1], np.float32))
 
 
@@ -270,10 +283,10 @@ def kept(x):
 
 def test_top_k_keeps_exactly_k_with_index_tie_break():
     x = np.array([[1.0, 3.0, 3.0, 3.0, 0.0, 2.0]], np.float32)
-    assert kept(search.filter_logits(x, top_k=2)[0]) == {1, 2}
-    assert kept(search.filter_logits(x, top_k=4)[0]) == {1, 2, 3, 5}
-    assert kept(search.filter_logits(x, top_k=0)[0]) == set(range(6))
-    out = np.asarray(search.filter_logits(x, top_k=2)[0])
+    assert kept(filter_logits(x, top_k=2)[0]) == {1, 2}
+    assert kept(filter_logits(x, top_k=4)[0]) == {1, 2, 3, 5}
+    assert kept(filter_logits(x, top_k=0)[0]) == set(range(6))
+    out = np.asarray(filter_logits(x, top_k=2)[0])
     np.testing.assert_array_equal(out[[1, 2]], [3.0, 3.0])
     assert np.all(out[[0, 3, 4, 5]] == -np.inf)
 
@@ -287,8 +300,8 @@ def test_top_p_smallest_set_reaching_p_and_at_least_one():
     assert top_p(0.35) == {0}
     assert top_p(1e-9) == top_p(0.0) == {0}
     assert top_p(1.0) == {0, 1, 2, 3}
-    assert kept(search.filter_logits(LOGITS, top_p=0.65)) == {0, 1}  # static p
-    assert kept(search.filter_logits(LOGITS, top_p=1.0)) == {0, 1, 2, 3}
+    assert kept(filter_logits(LOGITS, top_p=0.65)) == {0, 1}  # static p
+    assert kept(filter_logits(LOGITS, top_p=1.0)) == {0, 1, 2, 3}
 
 
 def test_filter_order_temperature_then_top_k_then_top_p():
@@ -296,7 +309,7 @@ def test_filter_order_temperature_then_top_k_then_top_p():
     # .64 .36; top-p 0.6 then keeps only token 0.
     t, k, p = 0.5, 2, 0.6
     expected = kept(np_filter(LOGITS, t, k, p))
-    got = kept(search.filter_logits(LOGITS, temperature=t, top_k=k, top_p=p))
+    got = kept(filter_logits(LOGITS, temperature=t, top_k=k, top_p=p))
     assert got == expected == {0}
     # Every other order gives {0, 1}, so the order is really exercised.
     p_first = stage_t(stage_k(stage_p(LOGITS, p), k), t)  # top-p on unscaled probs
@@ -304,7 +317,7 @@ def test_filter_order_temperature_then_top_k_then_top_p():
     t_last = stage_t(stage_p(stage_k(LOGITS, k), p), t)  # temperature last
     assert kept(p_first) == kept(p_before_k) == kept(t_last) == {0, 1}
     # Kept values are the temperature-scaled logits.
-    out = np.asarray(search.filter_logits(LOGITS, temperature=2.0, top_k=3))
+    out = np.asarray(filter_logits(LOGITS, temperature=2.0, top_k=3))
     np.testing.assert_allclose(out[:3], LOGITS[:3] / 2.0, rtol=1e-6)
     assert out[3] == -np.inf
 
@@ -312,10 +325,10 @@ def test_filter_order_temperature_then_top_k_then_top_p():
 def test_filter_temperature_zero_keeps_argmax_static_and_traced():
     x = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 3.0]], np.float32)
     for temp in (0.0, jnp.float32(0.0)):
-        out = np.asarray(search.filter_logits(x, temperature=temp))
+        out = np.asarray(filter_logits(x, temperature=temp))
         assert kept(out[0]) == {1} and kept(out[1]) == {0}
     with pytest.raises(ValueError, match="temperature"):
-        search.filter_logits(x, temperature=-1.0)
+        filter_logits(x, temperature=-1.0)
 
 
 _quarter_logits = st.lists(st.integers(-16, 16).map(lambda i: i / 4.0), min_size=V, max_size=V).map(
@@ -359,7 +372,7 @@ def test_top_k_property_exact_count(logits, top_k):
     assert keep[np.argsort(-logits, kind="stable")[:top_k]].all()
 
 
-_candidates = jax.jit(search.top_candidates, static_argnames="top_k")
+_candidates = jax.jit(top_candidates, static_argnames="top_k")
 
 
 def scatter_candidates(values, ids, v):
@@ -387,18 +400,18 @@ def test_top_candidates_are_what_filter_logits_keeps(logits, temperature, top_k,
 
 def test_top_candidates_static_arguments_and_checks():
     x = np.array([[1.0, 3.0, 3.0, 0.0, 2.0, -1.0]], np.float32)
-    values, ids = search.top_candidates(x, temperature=0.5, top_k=3, top_p=0.9)
+    values, ids = top_candidates(x, temperature=0.5, top_k=3, top_p=0.9)
     np.testing.assert_array_equal(
         scatter_candidates(np.asarray(values), np.asarray(ids), V),
-        np.asarray(search.filter_logits(x, temperature=0.5, top_k=3, top_p=0.9)),
+        np.asarray(filter_logits(x, temperature=0.5, top_k=3, top_p=0.9)),
     )
     assert np.asarray(ids).tolist() == [[1, 2, 4]]
-    values, ids = search.top_candidates(x, temperature=0.0, top_k=3)  # greedy: one left
+    values, ids = top_candidates(x, temperature=0.0, top_k=3)  # greedy: one left
     assert np.asarray(ids).tolist() == [[1]] and np.asarray(values).tolist() == [[3.0]]
     with pytest.raises(ValueError, match="top_k >= 1"):
-        search.top_candidates(x, top_k=0)
+        top_candidates(x, top_k=0)
     with pytest.raises(TypeError, match="static Python int"):
-        search.top_candidates(x, top_k=jnp.int32(2))
+        top_candidates(x, top_k=jnp.int32(2))
 
 
 # --------------------------------------------------------------------------------------
@@ -443,7 +456,8 @@ def test_static_greedy_path_needs_no_rngs_and_runs_unjitted():
     table, bonus = confident_tables()
     ref, _ = decode("greedy", table, bonus, ROWS4, max_len=6)
     fn, cache = markov_fn(table, bonus), init_cache(ROWS4)
-    out = search.sample(fn, cache, rngs=None, max_len=6, temperature=0)  # max_lens=None
+    greedy_chain = decode_filters(temperature=0)
+    out = search.sample(fn, cache, rngs=None, max_len=6, filters=greedy_chain)  # max_lens=None
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_allclose(out.scores, ref.scores, rtol=1e-6)
     with pytest.raises(ValueError, match="rngs"):
@@ -538,7 +552,7 @@ def _fixed_sampler(**static):
     @jax.jit
     def run(rngs):
         cache = {"dummy": jnp.zeros((rngs.shape[0],))}
-        return search.sample(fn, cache, rngs=rngs, max_len=2, **static)
+        return search.sample(fn, cache, rngs=rngs, max_len=2, filters=decode_filters(**static))
 
     return run
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID
+from transformer.inference.filters import FilterChain
 from transformer.inference.search import (
     TokensToLogits,
     call_tokens_to_logits,
@@ -86,14 +87,15 @@ def initial_beam_state(
     )
 
 
-def _constrained_logp(logits, step, limits, min_len, eos_id: int, b: int, k: int):
-    """log_softmax with the length limits as -inf masks, not renormalised: -> [B, K, V]."""
+def _constrained_logp(logits, step, limits, filters: FilterChain, eos_id: int, b: int, k: int):
+    """log_softmax under the filters that can change the best token (min-length, ...) and
+    the length limits, as -inf masks, not renormalised: [B * K, V] -> [B, K, V]."""
     v = logits.shape[-1]
-    logp = jax.nn.log_softmax(logits, axis=-1).reshape(b, k, v)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    allowed = filters.constrain(logp, step).reshape(b, k, v)
     is_eos = jnp.arange(v) == eos_id
-    forced = (step + 1 >= limits)[:, None, None]  # [B, 1, 1]
-    logp = jnp.where(forced & ~is_eos, -jnp.inf, logp)
-    return jnp.where((step < min_len) & ~forced & is_eos, -jnp.inf, logp)
+    forced = (step + 1 >= limits)[:, None, None]  # [B, 1, 1], last allowed position: EOS only
+    return jnp.where(forced, jnp.where(is_eos, logp.reshape(b, k, v), -jnp.inf), allowed)
 
 
 def _top_expansions(s: BeamState, logp: jax.Array) -> _Expansions:
@@ -161,7 +163,7 @@ def beam_step(
     tokens_to_logits: TokensToLogits,
     *,
     limits: jax.Array,
-    min_len=0,
+    filters: FilterChain | None = None,
     alpha=0.6,
     n_best: int = 1,
     eos_id: int = EOS_ID,
@@ -169,8 +171,8 @@ def beam_step(
     """One beam-search step for every element (the ``while_loop`` body of beam_search).
 
     Every live beam is extended by every token (log-probs are ``log_softmax`` of the logits
-    with the length constraints as -inf masks, EOS forced at step ``limits[b] - 1`` and
-    forbidden before ``min_len``); the top 2K candidates by summed log-prob are taken, so at
+    under the filters that can change the best token, e.g. min-length, as -inf masks, and EOS
+    forced at step ``limits[b] - 1``); the top 2K candidates by summed log-prob are taken, so at
     least K non-EOS ones are among them. Those ending in EOS enter the finished set (the K
     best scores, ``logp / length_penalty(step + 1, alpha)``); the best K non-EOS ones become
     the live beams, and the cache returned by the callback is gathered by their parents.
@@ -180,10 +182,11 @@ def beam_step(
       limits: int32[B], per-element output-token limits (see search.row_limits).
     """
     b, k = s.live_tok.shape
+    filters = FilterChain() if filters is None else filters
     logits, cache = call_tokens_to_logits(
         tokens_to_logits, s.live_tok.reshape(b * k), s.step, s.cache, b * k
     )
-    e = _top_expansions(s, _constrained_logp(logits, s.step, limits, min_len, eos_id, b, k))
+    e = _top_expansions(s, _constrained_logp(logits, s.step, limits, filters, eos_id, b, k))
     live_logp, live_tok, live_parent, live_seqs = _best_live(e, k, eos_id)
     fin_scores, fin_seqs, fin_lens = _merge_finished(s, e, alpha, eos_id)
     active = ~s.done
@@ -250,7 +253,7 @@ def beam_search(
     beam_size: int,
     max_len: int,
     max_lens: jax.Array | None = None,
-    min_len=0,
+    filters: FilterChain | None = None,
     alpha=0.6,
     n_best: int = 1,
     bos_id: int = BOS_ID,
@@ -276,6 +279,9 @@ def beam_search(
     Args:
       max_lens: int32[batch_size] (or int32[batch_size * beam_size] with equal values per
         element), per-element output-token limit; None = max_len.
+      filters: a FilterChain (e.g. the decode settings'); beam search applies the filters
+        that can change the best token (``FilterChain.constrain``: min-length) to the
+        log-probs and skips the sampling-only ones (temperature, top-k, top-p).
       alpha: length-penalty exponent (Python float or traced scalar); 0 = plain log-prob.
       n_best: number of hypotheses returned per element (1 <= n_best <= beam_size).
     Returns:
@@ -284,9 +290,14 @@ def beam_search(
     _check_beam_args(cache, batch_size, beam_size, max_len, n_best)
     limits = _element_limits(max_lens, batch_size, beam_size, max_len)  # [B]
     step = functools.partial(
-        beam_step, tokens_to_logits=tokens_to_logits, limits=limits, min_len=min_len,
-        alpha=alpha, n_best=n_best, eos_id=eos_id,
-    )  # fmt: skip
+        beam_step,
+        tokens_to_logits=tokens_to_logits,
+        limits=limits,
+        filters=filters,
+        alpha=alpha,
+        n_best=n_best,
+        eos_id=eos_id,
+    )
     init = initial_beam_state(cache, batch_size, beam_size, max_len, bos_id, pad_id)
     final = lax.while_loop(lambda s: (s.step < max_len) & ~jnp.all(s.done), step, init)
     result = _best_hypotheses(final, alpha, n_best)

@@ -22,6 +22,7 @@ from transformer.common.special_ids import EOS_ID, PAD_ID
 from transformer.data import source_batch, tokenize_sources
 from transformer.inference import search
 from transformer.inference.beam import beam_search
+from transformer.inference.filters import filters_from_settings
 from transformer.model.config import ModelConfig
 from transformer.model.decode_weights import (
     LAYOUTS,
@@ -197,7 +198,7 @@ class Translator:
             beam_size=beam,
             max_len=max_out,
             max_lens=search.expand_to_beams(max_lens, beam),
-            min_len=s.min_len,
+            filters=filters_from_settings(s),  # beam search uses its min-length, not sampling
             alpha=s.length_penalty,
             n_best=s.n_best,
         )
@@ -210,10 +211,9 @@ class Translator:
         callback = _decoder_step(model, cross_kv, src_segments)  # shared by a source's samples
         cache = model.init_cache(b * reps, max_out, self._cache_dtype)
         row_max = search.expand_to_beams(max_lens, reps)
+        filters = filters_from_settings(s)
         if s.strategy == "greedy":
-            out = search.greedy(
-                callback, cache, max_len=max_out, max_lens=row_max, min_len=s.min_len
-            )
+            out = search.greedy(callback, cache, max_len=max_out, max_lens=row_max, filters=filters)
         else:
             # One key per (sentence, sample): results never depend on the batch around them.
             sample_ids = row_ids[:, None] * reps + jnp.arange(reps)[None, :]
@@ -226,10 +226,7 @@ class Translator:
                 rngs=keys,
                 max_len=max_out,
                 max_lens=row_max,
-                min_len=s.min_len,
-                temperature=s.temperature,
-                top_k=s.top_k,
-                top_p=s.top_p,
+                filters=filters,
             )
         return out.tokens.reshape(b, reps, max_out), out.scores.reshape(b, reps)
 
