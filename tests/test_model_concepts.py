@@ -36,7 +36,7 @@ from transformer.common.special_ids import BOS_ID
 from transformer.model import masks
 from transformer.model.attention import Attention
 from transformer.model.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
-from transformer.model.dropout import KeySeq, dropout
+from transformer.model.dropout import KeySeq, dropout, mask_width
 from transformer.model.instrumentation import Instrumentation
 from transformer.model.position import (
     alibi_bias,
@@ -543,26 +543,42 @@ def dropout_input() -> jax.Array:
     return jax.random.uniform(jax.random.key(0), (1024, N_DROP // 1024), minval=0.5, maxval=2.0)
 
 
-@pytest.mark.parametrize("rate", [0.1, 0.25, 0.5, 0.9])
+@pytest.mark.parametrize("rate", [0.001, 1 / 256, 0.1, 0.25, 0.5, 0.9])
 def test_dropout_zero_fraction_scaling_and_mean(rate):
-    """The rate is rounded to a multiple of 1/256 (module docstring); checked to be within
-    1/512 of the request, then every statistic is checked against that effective rate."""
-    p = round(rate * 256) / 256
-    assert abs(p - rate) <= 1 / 512
+    """The drop fraction is the configured rate itself, the kept elements are scaled by
+    1 / (1 - rate) and the mean is preserved (five binomial standard errors)."""
     x = np.asarray(dropout_input())  # [1024, 1024], no zeros
     y = np.asarray(dropout(jnp.asarray(x), rate, KeySeq(jax.random.key(1))))
     dropped = y == 0
-    sigma = math.sqrt(p * (1 - p) / N_DROP)
-    assert abs(dropped.mean() - p) < 5 * sigma
-    np.testing.assert_allclose(y[~dropped], x[~dropped] / (1 - p), rtol=3e-7)
-    mean_sigma = math.sqrt(np.mean(x**2) * p / (1 - p) / N_DROP)
+    sigma = math.sqrt(rate * (1 - rate) / N_DROP)
+    assert abs(dropped.mean() - rate) < 5 * sigma
+    np.testing.assert_allclose(y[~dropped], x[~dropped] / (1 - rate), rtol=3e-7)
+    mean_sigma = math.sqrt(np.mean(x**2) * rate / (1 - rate) / N_DROP)
     assert abs(y.mean() - x.mean()) < 5 * mean_sigma
 
 
-@pytest.mark.parametrize("rate", [0.25, 0.5])
+@pytest.mark.parametrize("rate", [1 / 256, 0.1, 0.001, 0.3, 0.999, 0.25, 26 / 256, 1e-9])
+def test_dropout_threshold_represents_the_rate(rate):
+    """The drop probability the mask implements, threshold / 2^bits, is the rate: exactly on
+    the 8-bit path, within 2^-33 on the 32-bit one."""
+    bits, threshold = mask_width(rate)
+    assert bits == (8 if (rate * 256).is_integer() else 32)
+    assert abs(threshold / 2**bits - rate) <= 2.0**-33
+
+
+def test_a_rate_too_small_to_represent_is_refused():
+    with pytest.raises(ValueError, match=r"dropout_rate=1e-12 is below 2.33e-10"):
+        tiny(dropout_rate=1e-12)
+    with pytest.raises(ValueError, match="attention_dropout_rate must be in"):
+        tiny(attention_dropout_rate=1.0)
+    assert tiny(dropout_rate=1e-9).dropout_rate == 1e-9
+
+
+@pytest.mark.parametrize("rate", [0.25, 0.5, 0.1])
 def test_dropout_mask_is_uniform_and_independent_across_elements(rate):
     """Each byte slot of a random word (element index mod 4) and each half of the array drops
-    at the rate, and neighbours drop jointly at rate^2 (no repeated or shared random bits)."""
+    at the rate, and neighbours drop jointly at rate^2 (no repeated or shared random bits);
+    0.1 takes the 32-bit path, the others the 8-bit one."""
     flat = np.asarray(dropout(jnp.ones(N_DROP), rate, KeySeq(jax.random.key(2)))) == 0
     for part in [flat[i::4] for i in range(4)] + [flat[: N_DROP // 2], flat[N_DROP // 2 :]]:
         assert abs(part.mean() - rate) < 5 * math.sqrt(rate * (1 - rate) / part.size)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from transformer.model.dropout import check_rate
 from transformer.model.position_schemes import SCHEMES, scheme_names
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
@@ -102,9 +103,7 @@ class ModelConfig:
                     f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}"
                 )
         for name in ("dropout_rate", "attention_dropout_rate", "activation_dropout_rate"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+            check_rate(name, getattr(self, name))
         if self.attention_impl == "cudnn" and self.dtype != "bfloat16":
             raise ValueError(
                 "attention_impl='cudnn' needs dtype='bfloat16' (cuDNN's fused attention has no "
