@@ -65,8 +65,13 @@ DECODE_MODES = {
 def forced_length_overrides(mode: str, length: int, rows: int) -> dict[str, Any]:
     """DecodeSettings overrides for `mode` that force exactly `length` output tokens per row
     (max_len = 0 * source + length = min_len) for a batch of `rows` sentences."""
-    return {**DECODE_MODES[mode][1], "max_len_a": 0.0, "max_len_b": length, "min_len": length,
-            "batch_size": rows}  # fmt: skip
+    return {
+        **DECODE_MODES[mode][1],
+        "max_len_a": 0.0,
+        "max_len_b": length,
+        "min_len": length,
+        "batch_size": rows,
+    }
 
 
 def random_sources(seed: int, rows: int, length: int, vocab_size: int, eos_id: int) -> np.ndarray:

@@ -120,12 +120,20 @@ def build_model(seed: int):
 
     from transformer.model.config import ModelConfig
 
-    model_cfg = ModelConfig(vocab_size=VOCAB, d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF,
-                            num_encoder_layers=LAYERS, num_decoder_layers=LAYERS,
-                            norm_position="post", activation="relu")  # fmt: skip
+    model_cfg = ModelConfig(
+        vocab_size=VOCAB,
+        d_model=D_MODEL,
+        num_heads=HEADS,
+        d_ff=D_FF,
+        num_encoder_layers=LAYERS,
+        num_decoder_layers=LAYERS,
+        norm_position="post",
+        activation="relu",
+    )
     # forced_eos None: the decode figures force their lengths with min/max_new_tokens.
-    config = marian_config(model_cfg, dropout=DROPOUT, max_positions=MAX_POSITIONS,
-                           forced_eos_token_id=None)  # fmt: skip
+    config = marian_config(
+        model_cfg, dropout=DROPOUT, max_positions=MAX_POSITIONS, forced_eos_token_id=None
+    )
     torch.manual_seed(seed)
     model = MarianMTModel(config)
     shared = model.get_input_embeddings().weight

@@ -151,14 +151,16 @@ def marian_state_dict(model_cfg, params) -> dict[str, np.ndarray]:
     tensors["final_logits_bias"] = np.zeros((1, model_cfg.vocab_size), np.float32)
     for i in range(model_cfg.num_encoder_layers):
         tensors.update(
-            _layer_tensors(ours, f"encoder_layers/{i}", f"model.encoder.layers.{i}",
-                           ENCODER_NORMS, perm)
-        )  # fmt: skip
+            _layer_tensors(
+                ours, f"encoder_layers/{i}", f"model.encoder.layers.{i}", ENCODER_NORMS, perm
+            )
+        )
     for i in range(model_cfg.num_decoder_layers):
         tensors.update(
-            _layer_tensors(ours, f"decoder_layers/{i}", f"model.decoder.layers.{i}",
-                           DECODER_NORMS, perm)
-        )  # fmt: skip
+            _layer_tensors(
+                ours, f"decoder_layers/{i}", f"model.decoder.layers.{i}", DECODER_NORMS, perm
+            )
+        )
     return tensors
 
 
@@ -172,8 +174,13 @@ def generated_ids(sequences: np.ndarray) -> list[list[int]]:
     return rows
 
 
-def marian_config(model_cfg, *, dropout: float = 0.0, max_positions: int | None = None,
-                  forced_eos_token_id: int | None = EOS_ID):  # fmt: skip
+def marian_config(
+    model_cfg,
+    *,
+    dropout: float = 0.0,
+    max_positions: int | None = None,
+    forced_eos_token_id: int | None = EOS_ID,
+):
     """The MarianConfig of `model_cfg`: dropout off unless given (a model only evaluated),
     position table of model.max_len rows unless given, EOS forced at the length limit as
     our searches force it (None: nothing forced; Marian's default id 0 is our PAD)."""

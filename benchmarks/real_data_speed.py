@@ -165,8 +165,9 @@ def _generate_kwargs(settings, mode: str) -> dict:
     kwargs = dict(do_sample=False, num_beams=1)
     if mode == "beam4":
         # "never": stop only when no live beam can still win, as our beam search's exact rule.
-        kwargs.update(num_beams=BEAM_SIZE, length_penalty=settings.length_penalty,
-                      early_stopping="never")  # fmt: skip
+        kwargs.update(
+            num_beams=BEAM_SIZE, length_penalty=settings.length_penalty, early_stopping="never"
+        )
     if settings.min_len:
         kwargs["min_new_tokens"] = settings.min_len
     return kwargs
@@ -182,8 +183,12 @@ def _generate_batch(hf, id_lists, chunk, max_new_tokens: int, kwargs) -> list[li
         src[r, : len(id_lists[i])] = id_lists[i]
     src_t = torch.from_numpy(src)
     with torch.inference_mode():
-        out = hf.generate(input_ids=src_t, attention_mask=(src_t != PAD_ID).long(),
-                          max_new_tokens=max_new_tokens, **kwargs)  # fmt: skip
+        out = hf.generate(
+            input_ids=src_t,
+            attention_mask=(src_t != PAD_ID).long(),
+            max_new_tokens=max_new_tokens,
+            **kwargs,
+        )
     return marian_weights.generated_ids(out.numpy())
 
 
@@ -230,8 +235,11 @@ def agreement(settings, max_len: int, corpus: Corpus, ours: Outputs, peer: Outpu
         and b[: len(a)] == a
         for a, b, src in zip(ours.ids, peer.ids, corpus.id_lists, strict=True)
     )
-    return {"value": identical / n, "identical": identical,
-            "agree_up_to_own_limit": (identical + cut_by_limit) / n}  # fmt: skip
+    return {
+        "value": identical / n,
+        "identical": identical,
+        "agree_up_to_own_limit": (identical + cut_by_limit) / n,
+    }
 
 
 def report_mode(run, hf, mode: str, corpus: Corpus, args, ratios_allowed: bool) -> None:
@@ -246,15 +254,38 @@ def report_mode(run, hf, mode: str, corpus: Corpus, args, ratios_allowed: bool) 
     common = dict(mode=mode, sentences=n, batch_size=args.batch_size, repeats=args.repeats)
     for impl, outputs in ((OURS, ours), (PEER, peer)):
         tokens = sum(len(x) for x in outputs.ids)
-        emit(f"{mode}_sentences_per_s", n / outputs.seconds, "sentences/s", impl, args.json,
-             seconds=round(outputs.seconds, 4), output_tokens=tokens, **common)  # fmt: skip
+        emit(
+            f"{mode}_sentences_per_s",
+            n / outputs.seconds,
+            "sentences/s",
+            impl,
+            args.json,
+            seconds=round(outputs.seconds, 4),
+            output_tokens=tokens,
+            **common,
+        )
         emit(f"{mode}_bleu", bleu(run, corpus, outputs.ids), "BLEU", impl, args.json, **common)
     same = agreement(settings, max_len, corpus, ours, peer)
-    emit(f"{mode}_agreement", same.pop("value"), "fraction", PEER, args.json, vs=OURS,
-         **same, **common)  # fmt: skip
+    emit(
+        f"{mode}_agreement",
+        same.pop("value"),
+        "fraction",
+        PEER,
+        args.json,
+        vs=OURS,
+        **same,
+        **common,
+    )
     if ratios_allowed:
-        emit(f"{mode}_speed_ratio", peer.seconds / ours.seconds, "x", OURS, args.json,
-             over=PEER, **common)  # fmt: skip
+        emit(
+            f"{mode}_speed_ratio",
+            peer.seconds / ours.seconds,
+            "x",
+            OURS,
+            args.json,
+            over=PEER,
+            **common,
+        )
 
 
 def setup_info(run, hf, corpus: Corpus, load_before: float) -> dict:
@@ -264,16 +295,24 @@ def setup_info(run, hf, corpus: Corpus, load_before: float) -> dict:
 
     s = run.translator.settings
     return {
-        "cpus": os.cpu_count(), "machine": describe_machine(jax.default_backend()),
-        "jax": jax.__version__, "backend": jax.default_backend(),
-        "torch": torch.__version__, "transformers": transformers.__version__,
-        "torch_threads": torch.get_num_threads(), "attn": hf.config._attn_implementation,
-        "params": sum(p.numel() for p in hf.parameters()), "dtype": run.model_cfg.dtype,
-        "step": run.step, "sentences": len(corpus.id_lists),
-        "truncated_inputs": corpus.num_truncated, "max_len_a": s.max_len_a,
-        "max_len_b": s.max_len_b, "length_penalty": s.length_penalty,
+        "cpus": os.cpu_count(),
+        "machine": describe_machine(jax.default_backend()),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "attn": hf.config._attn_implementation,
+        "params": sum(p.numel() for p in hf.parameters()),
+        "dtype": run.model_cfg.dtype,
+        "step": run.step,
+        "sentences": len(corpus.id_lists),
+        "truncated_inputs": corpus.num_truncated,
+        "max_len_a": s.max_len_a,
+        "max_len_b": s.max_len_b,
+        "length_penalty": s.length_penalty,
         "loadavg_1m_before": round(load_before, 2),
-    }  # fmt: skip
+    }
 
 
 def benchmark(args, load_before: float) -> None:
@@ -289,13 +328,22 @@ def benchmark(args, load_before: float) -> None:
     cores = os.cpu_count() or 1
     ratios_allowed = not busy(load_before, cores)
     if not ratios_allowed:
-        print(f"note: speed ratios withheld: load average {load_before:.2f} before the benchmark "
-              f"exceeds {MAX_BACKGROUND_LOAD_PER_CORE} x {cores} cores", file=sys.stderr,
-              flush=True)  # fmt: skip
+        print(
+            f"note: speed ratios withheld: load average {load_before:.2f} before the benchmark "
+            f"exceeds {MAX_BACKGROUND_LOAD_PER_CORE} x {cores} cores",
+            file=sys.stderr,
+            flush=True,
+        )
     for mode in args.what:
         report_mode(run, hf, mode, corpus, args, ratios_allowed)
-    emit("peak_rss_mib", round(peak_rss_mib(), 1), "MiB", OURS, args.json,
-         loadavg_1m_after=round(os.getloadavg()[0], 2))  # fmt: skip
+    emit(
+        "peak_rss_mib",
+        round(peak_rss_mib(), 1),
+        "MiB",
+        OURS,
+        args.json,
+        loadavg_1m_after=round(os.getloadavg()[0], 2),
+    )
 
 
 def main(argv=None) -> int:

@@ -32,50 +32,109 @@ OURS, PEER = "jax-transformer", "torch-marian"
 
 # benchmarks/real_data_speed.py: a trained run's test set translated by both sides holding the
 # same weights; agreement is the share of identical greedy outputs (the peer's row only).
-REAL_DATA_FIGURES = ("greedy_sentences_per_s", "beam4_sentences_per_s", "greedy_bleu",
-                     "beam4_bleu", "greedy_agreement")  # fmt: skip
+REAL_DATA_FIGURES = (
+    "greedy_sentences_per_s",
+    "beam4_sentences_per_s",
+    "greedy_bleu",
+    "beam4_bleu",
+    "greedy_agreement",
+)
 # Figures shown, in order (others in the files are ignored).
 FIGURES = (
-    "train_tokens_per_s", "train_step_s", "compile_s", "matmul_peak_gflops", "mfu",
-    "train_real_tokens_per_s", "train_padded_real_tokens_per_s", "padding_fraction",
-    "padded_padding_fraction", "decode_greedy_tokens_per_s", "decode_greedy_tokens_per_s_256",
-    "decode_sample_tokens_per_s", "decode_sample_tokens_per_s_256",
-    "decode_beam4_sentences_per_s", "decode_beam4_sentences_per_s_256",
-    "decode_greedy_nocache_tokens_per_s", "decode_greedy_nocache_tokens_per_s_256",
+    "train_tokens_per_s",
+    "train_step_s",
+    "compile_s",
+    "matmul_peak_gflops",
+    "mfu",
+    "train_real_tokens_per_s",
+    "train_padded_real_tokens_per_s",
+    "padding_fraction",
+    "padded_padding_fraction",
+    "decode_greedy_tokens_per_s",
+    "decode_greedy_tokens_per_s_256",
+    "decode_sample_tokens_per_s",
+    "decode_sample_tokens_per_s_256",
+    "decode_beam4_sentences_per_s",
+    "decode_beam4_sentences_per_s_256",
+    "decode_greedy_nocache_tokens_per_s",
+    "decode_greedy_nocache_tokens_per_s_256",
     *REAL_DATA_FIGURES,
-)  # fmt: skip
+)
 # Each benchmark run ends with its peak memory; a row per kind of run (train, decode, ...), so
 # the training run's peak is not overwritten by a later decoding run's, holding the largest
 # peak of the runs of that kind (a short greedy-only run must not hide the beam run's).
 PEAK_RSS = "peak_rss_mib"
-PIPELINE_FIGURES = {"train_real_tokens_per_s", "train_padded_real_tokens_per_s",
-                    "padding_fraction", "padded_padding_fraction"}  # fmt: skip
+PIPELINE_FIGURES = {
+    "train_real_tokens_per_s",
+    "train_padded_real_tokens_per_s",
+    "padding_fraction",
+    "padded_padding_fraction",
+}
 
 # (description, numerator (impl, figure), denominator (impl, figure) or None, target, kind):
 # kind 'min' = the value must be >= target, 'max' = <= target.
 TARGETS = (
-    ("training tokens/s vs MarianMT (milestone)", (OURS, "train_tokens_per_s"),
-     (PEER, "train_tokens_per_s"), 1.0, "min"),
-    ("training tokens/s vs MarianMT (goal)", (OURS, "train_tokens_per_s"),
-     (PEER, "train_tokens_per_s"), 1.2, "min"),
+    (
+        "training tokens/s vs MarianMT (milestone)",
+        (OURS, "train_tokens_per_s"),
+        (PEER, "train_tokens_per_s"),
+        1.0,
+        "min",
+    ),
+    (
+        "training tokens/s vs MarianMT (goal)",
+        (OURS, "train_tokens_per_s"),
+        (PEER, "train_tokens_per_s"),
+        1.2,
+        "min",
+    ),
     ("MFU (fraction of the measured matmul peak)", (OURS, "mfu"), None, 0.70, "min"),
-    ("real-data tokens/s, packed vs padded batches", (OURS, "train_real_tokens_per_s"),
-     (OURS, "train_padded_real_tokens_per_s"), 1.5, "min"),
+    (
+        "real-data tokens/s, packed vs padded batches",
+        (OURS, "train_real_tokens_per_s"),
+        (OURS, "train_padded_real_tokens_per_s"),
+        1.5,
+        "min",
+    ),
     ("padding fraction of packed batches", (OURS, "padding_fraction"), None, 0.05, "max"),
-    ("greedy tokens/s vs generate()", (OURS, "decode_greedy_tokens_per_s"),
-     (PEER, "decode_greedy_tokens_per_s"), 3.0, "min"),
-    ("sampling tokens/s vs generate()", (OURS, "decode_sample_tokens_per_s"),
-     (PEER, "decode_sample_tokens_per_s"), 3.0, "min"),
-    ("beam-4 sentences/s vs generate()", (OURS, "decode_beam4_sentences_per_s"),
-     (PEER, "decode_beam4_sentences_per_s"), 3.0, "min"),
-    ("cached vs uncached greedy at 256 tokens", (OURS, "decode_greedy_tokens_per_s_256"),
-     (OURS, "decode_greedy_nocache_tokens_per_s_256"), 5.0, "min"),
+    (
+        "greedy tokens/s vs generate()",
+        (OURS, "decode_greedy_tokens_per_s"),
+        (PEER, "decode_greedy_tokens_per_s"),
+        3.0,
+        "min",
+    ),
+    (
+        "sampling tokens/s vs generate()",
+        (OURS, "decode_sample_tokens_per_s"),
+        (PEER, "decode_sample_tokens_per_s"),
+        3.0,
+        "min",
+    ),
+    (
+        "beam-4 sentences/s vs generate()",
+        (OURS, "decode_beam4_sentences_per_s"),
+        (PEER, "decode_beam4_sentences_per_s"),
+        3.0,
+        "min",
+    ),
+    (
+        "cached vs uncached greedy at 256 tokens",
+        (OURS, "decode_greedy_tokens_per_s_256"),
+        (OURS, "decode_greedy_nocache_tokens_per_s_256"),
+        5.0,
+        "min",
+    ),
     # The uncached decoder's cost grows quadratically with length, the cached one's about
     # linearly: the ratio at 64 tokens is a lower bound of the ratio at 256.
-    ("cached vs uncached greedy at 64 tokens (lower bound of the 256 figure)",
-     (OURS, "decode_greedy_tokens_per_s"), (OURS, "decode_greedy_nocache_tokens_per_s"), 5.0,
-     "min"),
-)  # fmt: skip
+    (
+        "cached vs uncached greedy at 64 tokens (lower bound of the 256 figure)",
+        (OURS, "decode_greedy_tokens_per_s"),
+        (OURS, "decode_greedy_nocache_tokens_per_s"),
+        5.0,
+        "min",
+    ),
+)
 
 
 def _part(figure: str) -> str:
@@ -152,8 +211,10 @@ def _fmt(value) -> str:
 def render(figures: dict[tuple[str, str], dict]) -> str:
     impls = [i for i in (OURS, PEER) if any(k[0] == i for k in figures)]
     impls += sorted({k[0] for k in figures} - set(impls))
-    lines = ["| figure | unit | " + " | ".join(impls) + " | ratio |",
-             "|---|---|" + "---|" * len(impls) + "---|"]  # fmt: skip
+    lines = [
+        "| figure | unit | " + " | ".join(impls) + " | ratio |",
+        "|---|---|" + "---|" * len(impls) + "---|",
+    ]
     peaks = sorted({k[1] for k in figures if k[1].startswith(PEAK_RSS)})
     for name in (*FIGURES, *peaks):
         row = [figures.get((impl, name)) for impl in impls]
@@ -166,8 +227,9 @@ def render(figures: dict[tuple[str, str], dict]) -> str:
             withheld = any(r.get("_busy") for r in row[:2])
             ratio = "busy" if withheld else f"{values[0] / values[1]:.2f}x"
         label = f"`{PEAK_RSS}`{name[len(PEAK_RSS) :]}" if name in peaks else f"`{name}`"
-        lines.append(f"| {label} | {unit} | " + " | ".join(_fmt(v) for v in values)
-                     + f" | {ratio} |")  # fmt: skip
+        lines.append(
+            f"| {label} | {unit} | " + " | ".join(_fmt(v) for v in values) + f" | {ratio} |"
+        )
     lines += ["", "| target | measured | needed | met |", "|---|---|---|---|"]
     for text, num, den, target, kind in TARGETS:
         top = figures.get(num)

@@ -192,9 +192,16 @@ def main(argv):
     device_peak = _device_peak_mib()
     if device_peak is not None:  # accelerators report their allocator's high-water mark
         common.emit("device_peak_mib", device_peak, "MiB", IMPL, FLAGS.json)
-    common.emit("peak_rss_mib", round(common.peak_rss_mib(), 1), "MiB", IMPL, FLAGS.json,
-                total_s=round(time.perf_counter() - start, 1), what=",".join(what),
-                loadavg_1m=round(os.getloadavg()[0], 2))  # fmt: skip
+    common.emit(
+        "peak_rss_mib",
+        round(common.peak_rss_mib(), 1),
+        "MiB",
+        IMPL,
+        FLAGS.json,
+        total_s=round(time.perf_counter() - start, 1),
+        what=",".join(what),
+        loadavg_1m=round(os.getloadavg()[0], 2),
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ def decode(bench: Bench) -> None:
     graphdef, state, _, _ = bench.new_state()
     params = state.params
     del state
-    src_np = common.random_sources(options.seed + 1, rows, s_len, bench.model_cfg.vocab_size,
-                                   EOS_ID)  # fmt: skip
+    src_np = common.random_sources(
+        options.seed + 1, rows, s_len, bench.model_cfg.vocab_size, EOS_ID
+    )
     src = jnp.asarray(src_np)  # [B, S]
     timing = dict(warmup=options.decode_warmup, repeats=options.decode_repeats)
     greedy_tokens = _cached_decoders(bench, graphdef, params, src, lengths, timing)
@@ -98,9 +99,15 @@ def _cached_decoders(bench: Bench, graphdef, params, src, lengths, timing) -> di
             _check_forced_length(tokens, n, mode)
             if mode == "greedy":
                 greedy_tokens[n] = tokens[:, 0]
-            extra = dict(batch=rows, source_len=s_len, output_tokens=n,
-                         call_s=round(seconds, 4), compile_s=round(compile_s, 2),
-                         **timing, **spread)  # fmt: skip
+            extra = dict(
+                batch=rows,
+                source_len=s_len,
+                output_tokens=n,
+                call_s=round(seconds, 4),
+                compile_s=round(compile_s, 2),
+                **timing,
+                **spread,
+            )
             name = _length_name(figure, n)
             if mode == "beam4":
                 extra["tokens_per_s"] = round(rows * n / seconds, 2)
@@ -127,10 +134,16 @@ def _nocache_decoders(bench: Bench, graphdef, params, src, nocache, timing, gree
         seconds, spread, out = _timed(lambda fn=fn: fn(params, src), timing)
         tokens = np.asarray(out)  # [B, n]
         _check_forced_length(tokens[:, None], n, "greedy without cache")
-        extra = dict(batch=rows, source_len=s_len, output_tokens=n,
-                     call_s=round(seconds, 4), compile_s=round(compile_s, 2),
-                     blocks=len(nocache_blocks(n, blocks)),
-                     **timing, **spread)  # fmt: skip
+        extra = dict(
+            batch=rows,
+            source_len=s_len,
+            output_tokens=n,
+            call_s=round(seconds, 4),
+            compile_s=round(compile_s, 2),
+            blocks=len(nocache_blocks(n, blocks)),
+            **timing,
+            **spread,
+        )
         if n in greedy_tokens:
             extra["agrees_with_cached"] = round(float(np.mean(tokens == greedy_tokens[n])), 4)
         bench.emit(_length_name(NOCACHE_FIGURE, n), rows * n / seconds, "tokens/s", **extra)
@@ -182,9 +195,13 @@ def nocache_greedy(
             prefix = buf[:, :width]
             positions = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), prefix.shape)
             logits, _ = model.decode(
-                None, src_segments, prefix, tgt_segments=jnp.ones_like(prefix),
-                tgt_positions=positions, cross_kv=cross,
-            )  # fmt: skip
+                None,
+                src_segments,
+                prefix,
+                tgt_segments=jnp.ones_like(prefix),
+                tgt_positions=positions,
+                cross_kv=cross,
+            )
             logits = jax.lax.dynamic_index_in_dim(logits, t, axis=1, keepdims=False)
             is_eos = jnp.arange(logits.shape[-1]) == EOS_ID
             forced = t + 1 >= limit

@@ -35,10 +35,12 @@ def pipeline(bench: Bench) -> None:
     quiet = contextlib.redirect_stdout(sys.stderr) if bench.as_json else contextlib.nullcontext()
     with quiet:  # TFDS preparation prints to stdout
         packed_data = _datasets(bench, workdir, parallel, "pack")
+    # The model's embedding rows must cover every piece.
     run_config.resolve_vocab_size(
         ml_collections.ConfigDict(bench.config.to_dict()),
-        packed_data.source_tokenizer, packed_data.target_tokenizer,
-    )  # fmt: skip  # the model's embedding rows must cover every piece
+        packed_data.source_tokenizer,
+        packed_data.target_tokenizer,
+    )
     with quiet:
         packed, packed_batch_s = _take(packed_data.train_iterator(), bench.steps, False)
         padded_data = _datasets(bench, workdir, parallel, "pad")
@@ -46,27 +48,56 @@ def pipeline(bench: Bench) -> None:
 
     shared = dict(warmup=1, repeats=bench.steps, data=d.name)
     p = _time_steps(bench, parallel, packed)
-    bench.emit("train_real_tokens_per_s", p["rate"], "tokens/s", batching="pack",
-               rows=packed[0]["src"].shape[0],
-               row_len=f"{packed[0]['src'].shape[1]}+{packed[0]['tgt'].shape[1]}",
-               step_s=p["step_s"], real_tokens_per_step=p["real_tokens_per_step"],
-               batch_s=round(packed_batch_s, 4), compile_s=p["compile_s"], **shared)  # fmt: skip
+    bench.emit(
+        "train_real_tokens_per_s",
+        p["rate"],
+        "tokens/s",
+        batching="pack",
+        rows=packed[0]["src"].shape[0],
+        row_len=f"{packed[0]['src'].shape[1]}+{packed[0]['tgt'].shape[1]}",
+        step_s=p["step_s"],
+        real_tokens_per_step=p["real_tokens_per_step"],
+        batch_s=round(packed_batch_s, 4),
+        compile_s=p["compile_s"],
+        **shared,
+    )
     bench.emit("padding_fraction", p["padding"], "fraction", batching="pack", **shared)
     q = _time_steps(bench, parallel, padded)
-    bench.emit("train_padded_real_tokens_per_s", q["rate"], "tokens/s",
-               batching="pad to longest", rows=padded[0]["src"].shape[0], step_s=q["step_s"],
-               real_tokens_per_step=q["real_tokens_per_step"], shapes=q["shapes"],
-               batch_s=round(padded_batch_s, 4), compile_s=q["compile_s"], **shared)  # fmt: skip
-    bench.emit("padded_padding_fraction", q["padding"], "fraction", batching="pad to longest",
-               **shared)  # fmt: skip
+    bench.emit(
+        "train_padded_real_tokens_per_s",
+        q["rate"],
+        "tokens/s",
+        batching="pad to longest",
+        rows=padded[0]["src"].shape[0],
+        step_s=q["step_s"],
+        real_tokens_per_step=q["real_tokens_per_step"],
+        shapes=q["shapes"],
+        batch_s=round(padded_batch_s, 4),
+        compile_s=q["compile_s"],
+        **shared,
+    )
+    bench.emit(
+        "padded_padding_fraction", q["padding"], "fraction", batching="pad to longest", **shared
+    )
 
 
 def _cache_dir(bench: Bench) -> str:
     """Where the vocabulary and tokenized data of this data config are kept between runs."""
     d = bench.config.data
-    key = "|".join(str(x) for x in (d.name, os.path.abspath(d.path) if d.path else "",
-                   d.source_lang, d.target_lang, d.reverse, d.vocab_type, d.shared_vocab,
-                   d.vocab_path, d.vocab_size))  # fmt: skip
+    key = "|".join(
+        str(x)
+        for x in (
+            d.name,
+            os.path.abspath(d.path) if d.path else "",
+            d.source_lang,
+            d.target_lang,
+            d.reverse,
+            d.vocab_type,
+            d.shared_vocab,
+            d.vocab_path,
+            d.vocab_size,
+        )
+    )
     return os.path.join(bench.options.workdir, hashlib.sha1(key.encode()).hexdigest()[:12])
 
 

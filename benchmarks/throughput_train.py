@@ -159,14 +159,25 @@ def train(bench: Bench) -> None:
         peak, peak_source = peak_tflops * 1e12, f"--peak_tflops={peak_tflops}"
     else:
         peak, peak_source = peak_gflops * 1e9, f"measured matmul {peak_n}x{peak_n}"
-    extra = dict(batch=rows, source_len=s_len, target_len=t_len, warmup=1,
-                 repeats=bench.steps, **common.spread(times),
-                 loss=round(loss, 3))  # fmt: skip
+    extra = dict(
+        batch=rows,
+        source_len=s_len,
+        target_len=t_len,
+        warmup=1,
+        repeats=bench.steps,
+        **common.spread(times),
+        loss=round(loss, 3),
+    )
     bench.emit("train_tokens_per_s", tokens / step_s, "tokens/s", **extra)
     bench.emit("train_step_s", step_s, "s", **extra)
     bench.emit("compile_s", compile_s, "s", what="train step", cached=compile_s == 0)
     bench.emit("train_step_flops", flops, "FLOP", formula="3 x transformer.model.flops.forward")
     bench.emit("matmul_peak_gflops", peak_gflops, "GFLOP/s", size=peak_n)
     achieved = flops / step_s
-    bench.emit("mfu", achieved / peak, "fraction", achieved_gflops=round(achieved / 1e9, 2),
-               peak=peak_source)  # fmt: skip
+    bench.emit(
+        "mfu",
+        achieved / peak,
+        "fraction",
+        achieved_gflops=round(achieved / 1e9, 2),
+        peak=peak_source,
+    )

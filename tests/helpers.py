@@ -22,8 +22,16 @@ def tiny_model_config(**overrides):
     """A 1+1-layer, d_model 16 ModelConfig for in-process model tests; overrides win."""
     from transformer import ModelConfig
 
-    values = dict(vocab_size=40, d_model=16, num_heads=4, num_encoder_layers=1,
-                  num_decoder_layers=1, d_ff=32, max_len=16, dropout_rate=0.0)  # fmt: skip
+    values = dict(
+        vocab_size=40,
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_ff=32,
+        max_len=16,
+        dropout_rate=0.0,
+    )
     return ModelConfig(**{**values, **overrides})
 
 
@@ -87,8 +95,10 @@ def fast_subset(cases, fast) -> list:
     """Parametrize cases in which those outside `fast` are marked slow: the fast tier
     (`-m "not slow"`) runs a concept's representatives, the full suite every case."""
     fast = list(fast)
-    return [case if case in fast else pytest.param(*_as_tuple(case), marks=pytest.mark.slow)
-            for case in cases]  # fmt: skip
+    return [
+        case if case in fast else pytest.param(*_as_tuple(case), marks=pytest.mark.slow)
+        for case in cases
+    ]
 
 
 def _as_tuple(case):

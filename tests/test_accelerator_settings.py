@@ -84,9 +84,10 @@ def test_xla_attention_decodes_through_the_cache_like_einsum(position):
     # And the cache reproduces teacher forcing on the real target tokens.
     real = TGT != 0
     np.testing.assert_allclose(
-        np.asarray(cached)[np.asarray(real)], np.asarray(_logits(fused))[np.asarray(real)],
+        np.asarray(cached)[np.asarray(real)],
+        np.asarray(_logits(fused))[np.asarray(real)],
         atol=1e-5,
-    )  # fmt: skip
+    )
 
 
 def test_sites_the_fused_kernel_cannot_serve_use_einsum():
@@ -94,8 +95,9 @@ def test_sites_the_fused_kernel_cannot_serve_use_einsum():
     # fall back and draw the same dropout masks: the output is the einsum model's exactly.
     einsum, fused = _pair(attention_dropout_rate=0.2)
     call = dict(deterministic=False, dropout_rng=jax.random.key(5))
-    np.testing.assert_array_equal(np.asarray(einsum(SRC, TGT, **call)),
-                                  np.asarray(fused(SRC, TGT, **call)))  # fmt: skip
+    np.testing.assert_array_equal(
+        np.asarray(einsum(SRC, TGT, **call)), np.asarray(fused(SRC, TGT, **call))
+    )
     # Attention probabilities for analysis: sown by the einsum path.
     captured = Transformer(
         fused.cfg, rngs=nnx.Rngs(0), instrumentation=Instrumentation(capture_attention=True)
@@ -144,9 +146,14 @@ def test_train_remat_block_trains_like_no_remat(tmp_path, monkeypatch):
     losses, traced = {}, {}
     for remat in ("none", "block"):
         wrapped.clear()
-        config = tiny_config(train__num_steps=4, train__log_every=1, train__eval_every=4,
-                             train__eval_bleu_sentences=0, train__remat=remat,
-                             model__dropout_rate=0.1)  # fmt: skip
+        config = tiny_config(
+            train__num_steps=4,
+            train__log_every=1,
+            train__eval_every=4,
+            train__eval_bleu_sentences=0,
+            train__remat=remat,
+            model__dropout_rate=0.1,
+        )
         train_and_evaluate(config, str(tmp_path / remat))
         losses[remat] = [r["loss"] for r in read_metrics(tmp_path / remat, kind="train")]
         traced[remat] = len(wrapped)

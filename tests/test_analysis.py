@@ -53,8 +53,12 @@ def _batch():
     for row, (s, t) in enumerate([(9, 7), (5, 4), (3, 6)]):  # lengths; EOS last, then padding
         src[row, s - 1], src[row, s:] = 3, 0
         tgt[row, t - 1], tgt[row, t:] = 3, 0
-    return {"src": src, "tgt": tgt, "src_segments": (src != 0).astype(np.int32),
-            "tgt_segments": (tgt != 0).astype(np.int32)}  # fmt: skip
+    return {
+        "src": src,
+        "tgt": tgt,
+        "src_segments": (src != 0).astype(np.int32),
+        "tgt_segments": (tgt != 0).astype(np.int32),
+    }
 
 
 def test_attention_rows_sum_to_one_for_real_queries():
@@ -122,7 +126,9 @@ def test_masking_heads_changes_logits_only_when_something_is_masked():
 def test_parse_mask_spec_rejects_bad_items():
     cfg, _ = _model()
     assert parse_mask_spec("encoder:0:1, cross:1:0", cfg) == [
-        ("encoder_self", 0, 1), ("cross", 1, 0)]  # fmt: skip
+        ("encoder_self", 0, 1),
+        ("cross", 1, 0),
+    ]
     for bad in ("encoder:2:0", "cross:0:5", "foo:0:0", "encoder:0", ""):
         try:
             parse_mask_spec(bad, cfg)
@@ -172,16 +178,38 @@ def test_analysis_cli_writes_heatmaps_statistics_and_report(tmp_path):
     from transformer.training.loop import train_and_evaluate
 
     workdir = str(tmp_path / "run")
-    config = tiny_config(train__num_steps=10, train__log_every=5, train__eval_every=10,
-                         train__checkpoint_every=10, train__eval_bleu_sentences=0)  # fmt: skip
+    config = tiny_config(
+        train__num_steps=10,
+        train__log_every=5,
+        train__eval_every=10,
+        train__checkpoint_every=10,
+        train__eval_bleu_sentences=0,
+    )
     config.data.synthetic_eval_size = 12
     train_and_evaluate(config, workdir)
     inputs = tmp_path / "in.txt"
     inputs.write_text("the cat sees the dog .\n")
     out = str(tmp_path / "analysis")
-    rc = analyze_cli.main(["--workdir", workdir, "--out", out, "--input", str(inputs),
-                  "--num_sentences", "12", "--batch_size", "12", "--bleu_sentences", "6",
-                  "--bleu_heads", "2", "--mask_heads", "encoder:0:1,cross:0:3"])  # fmt: skip
+    rc = analyze_cli.main(
+        [
+            "--workdir",
+            workdir,
+            "--out",
+            out,
+            "--input",
+            str(inputs),
+            "--num_sentences",
+            "12",
+            "--batch_size",
+            "12",
+            "--bleu_sentences",
+            "6",
+            "--bleu_heads",
+            "2",
+            "--mask_heads",
+            "encoder:0:1,cross:0:3",
+        ]
+    )
     assert rc == 0
     report = json.load(open(os.path.join(out, "report.json")))
     assert report["num_sentences"] == 12 and report["step"] == 10
@@ -192,8 +220,12 @@ def test_analysis_cli_writes_heatmaps_statistics_and_report(tmp_path):
     assert report["mask_heads"]["loss_delta"] != 0
     pngs = report["sentences"][0]["pngs"]
     names = sorted(os.path.basename(p) for p in pngs)
-    assert names == ["cross_layer0.png", "decoder_self_layer0.png", "encoder_self_layer0.png",
-                     "overview.png"]  # fmt: skip
+    assert names == [
+        "cross_layer0.png",
+        "decoder_self_layer0.png",
+        "encoder_self_layer0.png",
+        "overview.png",
+    ]
     for path in pngs + report["stats_pngs"]:
         assert os.path.getsize(path) > 1000, path
     assert os.path.exists(os.path.join(out, "stats_importance.png"))

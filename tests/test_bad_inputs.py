@@ -20,8 +20,9 @@ def trained(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("bad_inputs")
     workdir = str(root / "run")
-    config = tiny_config(train__num_steps=20, train__checkpoint_every=10,
-                         train__eval_every=1000, train__log_every=10)  # fmt: skip
+    config = tiny_config(
+        train__num_steps=20, train__checkpoint_every=10, train__eval_every=1000, train__log_every=10
+    )
     train_and_evaluate(config, workdir)
     return workdir
 
@@ -101,8 +102,9 @@ def test_a_tokenizer_of_another_size(trained, tmp_path, pieces):
     tok.save(os.path.join(workdir, "vocab", "shared.model"))
     proc = run(["eval.py", "--workdir", workdir, "--split", "valid"])
     if tok.vocab_size > 200:  # more pieces than the model has rows
-        one_line_error(proc, f"has {tok.vocab_size} pieces but the checkpoint's "
-                       "model.vocab_size=200", "vocab/")  # fmt: skip
+        one_line_error(
+            proc, f"has {tok.vocab_size} pieces but the checkpoint's model.vocab_size=200", "vocab/"
+        )
     else:  # fewer: the fingerprint names it
         one_line_error(proc, "source tokenizer", "is not the one", "restore the run's vocab/")
 
@@ -153,8 +155,9 @@ def test_bad_data_files(tmp_path, case):
     data_dir = tmp_path / "data"
     if files is not None:
         _write(data_dir, files)
-    proc = train_cli(str(tmp_path / "run"), "--config.data.name=parallel_text",
-                     f"--config.data.path={data_dir}")  # fmt: skip
+    proc = train_cli(
+        str(tmp_path / "run"), "--config.data.name=parallel_text", f"--config.data.path={data_dir}"
+    )
     one_line_error(proc, fragment)
 
 
@@ -167,8 +170,18 @@ def test_decode_handles_long_empty_and_unknown_input(trained, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out.txt"
-    proc = run(["decode.py", "--workdir", trained, "--input", str(src), "--output", str(out),
-                "--config.decode.strategy=greedy"])  # fmt: skip
+    proc = run(
+        [
+            "decode.py",
+            "--workdir",
+            trained,
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+            "--config.decode.strategy=greedy",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "translated 5 lines; 1 longer than model.max_len were truncated" in proc.stderr
     decoded = out.read_text(encoding="utf-8").split("\n")

@@ -17,13 +17,16 @@ def fig(impl, figure, value, unit="tokens/s"):
 
 
 def test_table_ratios_and_targets(tmp_path, capsys):
-    ours = _write(tmp_path / "jax.jsonl", [
-        fig(table.OURS, "train_tokens_per_s", 660.0),
-        fig(table.OURS, "mfu", 0.75, "fraction"),
-        fig(table.OURS, "train_real_tokens_per_s", 300.0),
-        fig(table.OURS, "train_padded_real_tokens_per_s", 100.0),
-        fig(table.OURS, "padding_fraction", 0.08, "fraction"),
-    ])  # fmt: skip
+    ours = _write(
+        tmp_path / "jax.jsonl",
+        [
+            fig(table.OURS, "train_tokens_per_s", 660.0),
+            fig(table.OURS, "mfu", 0.75, "fraction"),
+            fig(table.OURS, "train_real_tokens_per_s", 300.0),
+            fig(table.OURS, "train_padded_real_tokens_per_s", 100.0),
+            fig(table.OURS, "padding_fraction", 0.08, "fraction"),
+        ],
+    )
     peer = _write(tmp_path / "torch.jsonl", [fig(table.PEER, "train_tokens_per_s", 600.0)])
     assert table.main([ours, peer]) == 0
     out = capsys.readouterr().out
@@ -57,20 +60,28 @@ def test_table_into_readme_section_and_errors(tmp_path, capsys):
 
 def test_peak_memory_row_per_kind_of_run(tmp_path, capsys):
     peak = lambda impl, mib, **kw: {**fig(impl, "peak_rss_mib", mib, "MiB"), **kw}  # noqa: E731
-    ours = _write(tmp_path / "jax.jsonl", [
-        fig(table.OURS, "train_tokens_per_s", 500.0),
-        peak(table.OURS, 3000.0, what="train"),
-        fig(table.OURS, "decode_greedy_tokens_per_s", 300.0),
-        peak(table.OURS, 1700.0, what="decode"),
-        # a later, smaller decoding run: the row keeps the larger peak
-        fig(table.OURS, "decode_greedy_tokens_per_s", 310.0),
-        peak(table.OURS, 1300.0, what="decode"),
-    ])  # fmt: skip
+    ours = _write(
+        tmp_path / "jax.jsonl",
+        [
+            fig(table.OURS, "train_tokens_per_s", 500.0),
+            peak(table.OURS, 3000.0, what="train"),
+            fig(table.OURS, "decode_greedy_tokens_per_s", 300.0),
+            peak(table.OURS, 1700.0, what="decode"),
+            # a later, smaller decoding run: the row keeps the larger peak
+            fig(table.OURS, "decode_greedy_tokens_per_s", 310.0),
+            peak(table.OURS, 1300.0, what="decode"),
+        ],
+    )
     # Older files carry no `what`: the run's parts come from the figures it printed before.
-    peer = _write(tmp_path / "torch.jsonl", [
-        fig(table.PEER, "train_tokens_per_s", 400.0), peak(table.PEER, 2800.0),
-        fig(table.PEER, "decode_greedy_tokens_per_s", 250.0), peak(table.PEER, 1200.0),
-    ])  # fmt: skip
+    peer = _write(
+        tmp_path / "torch.jsonl",
+        [
+            fig(table.PEER, "train_tokens_per_s", 400.0),
+            peak(table.PEER, 2800.0),
+            fig(table.PEER, "decode_greedy_tokens_per_s", 250.0),
+            peak(table.PEER, 1200.0),
+        ],
+    )
     assert table.main([ours, peer]) == 0
     out = capsys.readouterr().out
     assert "| `peak_rss_mib` (decode) | MiB | 1,700.0 | 1,200.0 |  |" in out
@@ -80,12 +91,19 @@ def test_peak_memory_row_per_kind_of_run(tmp_path, capsys):
 
 def test_real_data_rows_show_the_same_weights_ratio_and_their_own_peak(tmp_path, capsys):
     both = [(table.OURS, 30.0, 21.3, 300.0), (table.PEER, 12.0, 21.2, 900.0)]
-    real = _write(tmp_path / "real.jsonl", [
-        rec for impl, speed, bleu, mib in both for rec in (
-            fig(impl, "greedy_sentences_per_s", speed, "sentences/s"),
-            fig(impl, "greedy_bleu", bleu, "BLEU"),
-            fig(impl, "peak_rss_mib", mib, "MiB"))
-    ] + [fig(table.PEER, "greedy_agreement", 0.978, "fraction")])  # fmt: skip
+    real = _write(
+        tmp_path / "real.jsonl",
+        [
+            rec
+            for impl, speed, bleu, mib in both
+            for rec in (
+                fig(impl, "greedy_sentences_per_s", speed, "sentences/s"),
+                fig(impl, "greedy_bleu", bleu, "BLEU"),
+                fig(impl, "peak_rss_mib", mib, "MiB"),
+            )
+        ]
+        + [fig(table.PEER, "greedy_agreement", 0.978, "fraction")],
+    )
     train = _write(
         tmp_path / "jax.jsonl",
         [fig(table.OURS, "train_tokens_per_s", 1.0), fig(table.OURS, "peak_rss_mib", 50.0, "MiB")],
@@ -103,8 +121,11 @@ def test_ratios_from_a_run_started_on_a_busy_machine_are_withheld(tmp_path, caps
     def setup(impl, load):
         return {**fig(impl, "setup", 0, "-"), "cpus": 2, "loadavg_1m": load}
 
-    quiet = [setup(table.OURS, 0.4), fig(table.OURS, "train_tokens_per_s", 660.0),
-             fig(table.OURS, "mfu", 0.75, "fraction")]  # fmt: skip
+    quiet = [
+        setup(table.OURS, 0.4),
+        fig(table.OURS, "train_tokens_per_s", 660.0),
+        fig(table.OURS, "mfu", 0.75, "fraction"),
+    ]
     ours = _write(tmp_path / "jax.jsonl", quiet)
     peer = _write(
         tmp_path / "torch.jsonl",

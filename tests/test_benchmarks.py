@@ -143,11 +143,23 @@ def test_bad_what_is_a_one_line_error():
 
 @pytest.mark.slow
 def test_decode_modes_selects_the_cached_decoders():
-    proc = _start(["--what=decode", "--decode_modes=greedy", "--decode_lengths=8",
-                   "--nocache_lengths=8", "--nocache_blocks=2", "--decode_warmup=0"])  # fmt: skip
+    proc = _start(
+        [
+            "--what=decode",
+            "--decode_modes=greedy",
+            "--decode_lengths=8",
+            "--nocache_lengths=8",
+            "--nocache_blocks=2",
+            "--decode_warmup=0",
+        ]
+    )
     figures = [r["figure"] for r in _records(proc)]
-    assert figures == ["setup", "decode_greedy_tokens_per_s_8",
-                       "decode_greedy_nocache_tokens_per_s_8", "peak_rss_mib"]  # fmt: skip
+    assert figures == [
+        "setup",
+        "decode_greedy_tokens_per_s_8",
+        "decode_greedy_nocache_tokens_per_s_8",
+        "peak_rss_mib",
+    ]
 
 
 @pytest.mark.slow
@@ -184,15 +196,21 @@ def test_profile_step_profiles_a_decoding_call(tmp_path):
 
 
 def test_accelerator_script_parses():
-    proc = subprocess.run(["bash", "-n", "benchmarks/accelerator.sh"], cwd=ROOT,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-n", "benchmarks/accelerator.sh"], cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
     env = dict(os.environ, PYTHON="py", RUN="runs/r", DATA="data/m")
-    proc = subprocess.run(["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     jax, torch, real, table = proc.stdout.splitlines()
     assert jax.startswith("py -m benchmarks.throughput --config configs/bench_base.py")
@@ -205,9 +223,13 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
     assert real.startswith("py -m benchmarks.real_data_speed --workdir runs/r")
     files = " ".join(f"{tmp_path}/{n}.jsonl" for n in ("jax", "torch", "real"))
     assert table == f"py -m benchmarks.table {files} > {tmp_path}/table.md"
-    without = subprocess.run(["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
-                             cwd=ROOT, env=dict(os.environ, PYTHON="py"),
-                             capture_output=True, text=True)  # fmt: skip
+    without = subprocess.run(
+        ["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHON="py"),
+        capture_output=True,
+        text=True,
+    )
     assert "real_data_speed" not in without.stdout and "pipeline" not in without.stdout
 
 
@@ -218,8 +240,12 @@ def test_accelerator_script_dry_run_writes_every_file(tmp_path):
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "jax" in (tmp_path / "accelerator_setup.txt").read_text()
-    settings = {"cudnn": ("xla", "none"), "cudnn_decode": ("xla", "none"),
-                "xla": ("xla", "none"), "remat": ("xla", "block")}  # fmt: skip
+    settings = {
+        "cudnn": ("xla", "none"),
+        "cudnn_decode": ("xla", "none"),
+        "xla": ("xla", "none"),
+        "remat": ("xla", "block"),
+    }
     records = {}
     for name, (attention, remat) in settings.items():
         lines = (tmp_path / f"accelerator_{name}.jsonl").read_text().splitlines()

@@ -429,8 +429,9 @@ def test_synthetic_is_written_once_and_read_like_parallel_text(tmp_path, monkeyp
     import transformer.data as data_pkg
 
     monkeypatch.setattr(data_pkg, "synthetic", fake, raising=False)
-    cfg = make_config("", data__name="synthetic", data__synthetic_train_size=30,
-                      data__synthetic_eval_size=5)  # fmt: skip
+    cfg = make_config(
+        "", data__name="synthetic", data__synthetic_train_size=30, data__synthetic_eval_size=5
+    )
     work = str(tmp_path / "w")
     assert len(load_split(cfg.data, "train", work)) == 30
     assert len(load_split(cfg.data, "test", work)) == 5

@@ -39,23 +39,32 @@ def _decode(graphdef, params, layout, *, cached: bool):
         return m.decode(encoded, SEGMENTS, TGT, cross_kv=cross_kv)[0]
     cache, steps = m.init_cache(SRC.shape[0], TGT.shape[1]), []
     for i in range(TGT.shape[1]):
-        logits, cache = m.decode(encoded, SEGMENTS, TGT[:, i : i + 1], cross_kv=cross_kv,
-                                 cache=cache, cache_index=jnp.asarray(i))  # fmt: skip
+        logits, cache = m.decode(
+            encoded,
+            SEGMENTS,
+            TGT[:, i : i + 1],
+            cross_kv=cross_kv,
+            cache=cache,
+            cache_index=jnp.asarray(i),
+        )
         steps.append(logits)
     return jnp.concatenate(steps, axis=1)
 
 
 @pytest.mark.parametrize(
     "name",  # one representative in the fast tier: GQA splits, RoPE and no biases at once
-    [pytest.param(n, marks=[] if n == "gqa_rope_nobias" else [pytest.mark.slow])
-     for n in sorted(MODELS)],
-)  # fmt: skip
+    [
+        pytest.param(n, marks=[] if n == "gqa_rope_nobias" else [pytest.mark.slow])
+        for n in sorted(MODELS)
+    ],
+)
 def test_every_layout_gives_the_training_layouts_logits(name):
     model = Transformer(tiny_model_config(d_model=32, **MODELS[name]), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     for cached in (False, True):
-        fn = jax.jit(lambda p, layout, c=cached: _decode(graphdef, p, layout, cached=c),
-                     static_argnums=1)  # fmt: skip
+        fn = jax.jit(
+            lambda p, layout, c=cached: _decode(graphdef, p, layout, cached=c), static_argnums=1
+        )
         plain = np.asarray(fn(params, None))
         for layout in ("in_out", "out_in"):
             np.testing.assert_allclose(fn(params, layout), plain, atol=1e-5, rtol=1e-5)
@@ -76,8 +85,14 @@ def test_self_attention_projects_q_k_v_in_one_product():
             if layout is not None:
                 prepare_decoder(m, layout=layout)
             cache = m.init_cache(SRC.shape[0], 4)
-            return m.decode(encoded, SEGMENTS, TGT[:, :1], cross_kv=cross_kv, cache=cache,
-                            cache_index=jnp.asarray(0))[0]  # fmt: skip
+            return m.decode(
+                encoded,
+                SEGMENTS,
+                TGT[:, :1],
+                cross_kv=cross_kv,
+                cache=cache,
+                cache_index=jnp.asarray(0),
+            )[0]
 
         return str(jax.make_jaxpr(step)(params)).count("dot_general")
 
@@ -108,8 +123,9 @@ def test_translator_tokens_do_not_depend_on_the_layout(strategy):
     sources = [[5, 6, 7, 3], [9, 10, 3], [11, 12, 13, 14, 3]]
     results = {}
     for layout in ("auto", "in_out", "out_in"):
-        settings = DecodeSettings(strategy=strategy, beam_size=3, max_len_a=0.0, max_len_b=6,
-                                  weight_layout=layout)  # fmt: skip
+        settings = DecodeSettings(
+            strategy=strategy, beam_size=3, max_len_a=0.0, max_len_b=6, weight_layout=layout
+        )
         translator = Translator(graphdef, model.cfg, settings, None, None)
         results[layout] = translator.translate_ids(params, sources)
     ids = {layout: outputs for layout, (outputs, _) in results.items()}

@@ -617,9 +617,13 @@ def test_beam_finds_known_best_where_greedy_fails():
     # more than any continuation of 1 (<= .5 * .35 * .9 = .1575, the runner-up).
     table = np.full((N_TABLES, T_MAX, V, V), -np.inf, np.float32)
     bonus = np.zeros((V, V), np.float32)
-    p = {BOS: [0, 0.5, 0, 0.1, 0.4, 0], 1: [0, 0.35, 0, 0.3, 0.35, 0],
-         4: [0, 0.05, 0, 0.9, 0.05, 0], 5: [0, 0.3, 0, 0.4, 0.3, 0],
-         PAD: [0, 0.3, 0, 0.4, 0.3, 0]}  # fmt: skip
+    p = {
+        BOS: [0, 0.5, 0, 0.1, 0.4, 0],
+        1: [0, 0.35, 0, 0.3, 0.35, 0],
+        4: [0, 0.05, 0, 0.9, 0.05, 0],
+        5: [0, 0.3, 0, 0.4, 0.3, 0],
+        PAD: [0, 0.3, 0, 0.4, 0.3, 0],
+    }
     with np.errstate(divide="ignore"):
         for cur, probs in p.items():
             table[:, :, cur, :] = np.log(np.array(probs, np.float32))
@@ -703,10 +707,16 @@ def test_expand_to_beams_layout():
 
 # Next-token probabilities given the current token (PAD, 1, BOS, EOS, 4, 5).
 STEP_PROBS = np.array(
-    [[0, .25, 0, .25, .25, .25], [0, .06, 0, .6, .2, .14], [0, .25, 0, .25, .25, .25],
-     [0, .25, 0, .25, .25, .25], [0, .7, 0, .1, .1, .1], [0, .45, 0, .05, .4, .1]],
+    [
+        [0, 0.25, 0, 0.25, 0.25, 0.25],
+        [0, 0.06, 0, 0.6, 0.2, 0.14],
+        [0, 0.25, 0, 0.25, 0.25, 0.25],
+        [0, 0.25, 0, 0.25, 0.25, 0.25],
+        [0, 0.7, 0, 0.1, 0.1, 0.1],
+        [0, 0.45, 0, 0.05, 0.4, 0.1],
+    ],
     np.float32,
-)  # fmt: skip
+)
 with np.errstate(divide="ignore"):
     STEP_LOGP = np.log(STEP_PROBS)
 STEP_ALPHA, STEP_LIMITS, STEP_T = 0.6, np.array([4, 4], np.int32), 4
@@ -750,8 +760,11 @@ def np_beam_step(s):
         seqs = [[*s.live_seqs[e, p, :step], t] for _, p, t in alive]
         live.append(([x[0] for x in alive], [x[1] for x in alive], [x[2] for x in alive], seqs))
         old = [(s.fin_scores[e, j], list(s.fin_seqs[e, j, : s.fin_lens[e, j]])) for j in range(k)]
-        new = [(lp / penalty(step + 1, STEP_ALPHA), [*s.live_seqs[e, p, :step], t])
-               for lp, p, t in ext if t == EOS]  # fmt: skip
+        new = [
+            (lp / penalty(step + 1, STEP_ALPHA), [*s.live_seqs[e, p, :step], t])
+            for lp, p, t in ext
+            if t == EOS
+        ]
         fin.append(sorted(old + new, key=lambda h: -h[0])[:k])  # stable: old first on ties
     return live, fin
 

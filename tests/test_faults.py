@@ -47,8 +47,16 @@ class Train:
         self.stderr_path = os.path.join(log_dir, f"{name}{n}.stderr")
         full_env = dict(os.environ, **(env or {}))
         full_env.setdefault("JAX_PLATFORMS", "cpu")
-        cmd = [sys.executable, "train.py", "--config", "configs/default.py",
-               "--workdir", self.workdir, *args, *extra]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "train.py",
+            "--config",
+            "configs/default.py",
+            "--workdir",
+            self.workdir,
+            *args,
+            *extra,
+        ]
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=out, stderr=err)
         self.started = time.monotonic()
@@ -237,8 +245,9 @@ def test_non_finite_loss_stops_with_one_line_and_a_good_checkpoint(tmp_path):
     assert good.finish() == 0, good.stderr[-3000:]
     assert complete_steps(workdir) == [10]
 
-    bad = Train(workdir, tiny_args(**{**FAULT_RUN, "train__num_steps": 20,
-                                      "train__learning_rate": 1e30}))  # fmt: skip
+    bad = Train(
+        workdir, tiny_args(**{**FAULT_RUN, "train__num_steps": 20, "train__learning_rate": 1e30})
+    )
     rc = bad.finish()
     line = assert_one_line_error(
         rc,
@@ -268,8 +277,9 @@ def _mount_tmpfs(path, size: str, *, read_only=False) -> bool:
     if os.geteuid() != 0 or not shutil.which("mount"):
         return False
     options = f"size={size}" + (",ro" if read_only else "")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
     return proc.returncode == 0
 
 

@@ -3,7 +3,7 @@
 - Layers: each package's `__init__` docstring ends with `Imports from: ...`, the packages it
   may import; every `import transformer.x` anywhere in that package (function-level imports
   included) must name one of them or its own package, and the rule must form no cycle.
-- Size: no function over 60 lines and no file over 400, except the data table named below.
+- Layout: the formatter lays code out; its opt-out comment marks only the data tables below.
 """
 
 from __future__ import annotations
@@ -12,16 +12,20 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 from tests.helpers import ROOT
 
 PACKAGE = Path(ROOT) / "transformer"
-MAX_FUNCTION_LINES = 60
-MAX_FILE_LINES = 400
-# A data table, not logic: the synthetic corpus's word lists.
-LONG_FILES = {"data/synthetic/lexicon.py"}
-CHECKED_TREES = ["transformer", "benchmarks", "configs", "train.py", "eval.py", "decode.py"]
+# Data tables, not logic, laid out by hand: the synthetic corpus's word lists.
+DATA_TABLES = {"transformer/data/synthetic/lexicon.py"}
+CHECKED_TREES = [
+    "transformer",
+    "benchmarks",
+    "configs",
+    "tests",
+    "train.py",
+    "eval.py",
+    "decode.py",
+]
 
 
 def _layers() -> dict[str, set[str]]:
@@ -63,8 +67,17 @@ def _imported_packages(path: Path) -> set[str]:
 
 def test_every_package_states_its_layer_and_the_layers_form_no_cycle():
     layers = _layers()
-    assert set(layers) == {"common", "model", "data", "scoring", "inference", "training",
-                           "evaluation", "research", "cli"}  # fmt: skip
+    assert set(layers) == {
+        "common",
+        "model",
+        "data",
+        "scoring",
+        "inference",
+        "training",
+        "evaluation",
+        "research",
+        "cli",
+    }
     for package, allowed in layers.items():
         assert allowed <= set(layers), f"{package} names unknown packages {allowed - set(layers)}"
     done: set[str] = set()
@@ -102,16 +115,11 @@ def _python_files():
         yield from sorted(path.rglob("*.py")) if path.is_dir() else [path]
 
 
-@pytest.mark.parametrize("path", list(_python_files()), ids=lambda p: str(p.relative_to(ROOT)))
-def test_files_and_functions_stay_short(path):
-    relative = str(path.relative_to(PACKAGE)) if PACKAGE in path.parents else path.name
-    lines = path.read_text().count("\n")
-    if relative not in LONG_FILES:
-        assert lines <= MAX_FILE_LINES, f"{path.name}: {lines} lines > {MAX_FILE_LINES}"
-    long = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            length = node.end_lineno - node.lineno + 1
-            if length > MAX_FUNCTION_LINES:
-                long.append(f"{node.name} ({length} lines)")
-    assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+def test_only_data_tables_opt_out_of_the_formatter():
+    marker = "# fmt: " + "skip"  # split so that this file does not match itself
+    marked = [
+        str(path.relative_to(ROOT))
+        for path in _python_files()
+        if marker in path.read_text() and str(path.relative_to(ROOT)) not in DATA_TABLES
+    ]
+    assert not marked, f"{marker} outside the data tables: {marked}"

@@ -36,8 +36,13 @@ def test_each_bucket_is_scored_by_sacrebleu_on_its_own_sentences():
 
 def test_an_empty_bucket_has_no_score():
     buckets = lb.bucket_scores([3, 4], ["a b", "c d"], ["a b", "c e"], (10,))
-    assert buckets[1] == {"min_tokens": 11, "max_tokens": None, "sentences": 0,
-                          "bleu": None, "chrf": None}  # fmt: skip
+    assert buckets[1] == {
+        "min_tokens": 11,
+        "max_tokens": None,
+        "sentences": 0,
+        "bleu": None,
+        "chrf": None,
+    }
     assert [lb.bucket_label(b) for b in buckets] == ["1-10", "11+"]
 
 

@@ -132,9 +132,13 @@ def test_jsonl_rows_and_progress(tmp_path):
 def test_eta_moving_average(tmp_path):
     clock = FakeClock()
     log = MetricsLogger(
-        tmp_path, total_steps=100, stream=io.StringIO(), clock=clock, eta_window=2,
+        tmp_path,
+        total_steps=100,
+        stream=io.StringIO(),
+        clock=clock,
+        eta_window=2,
         tensorboard=False,
-    )  # fmt: skip
+    )
     assert log.eta_seconds(0) is None
     log.log_train(0, _train(0))
     for seconds in (100.0, 1.0, 1.0):  # a slow first interval (compilation) ages out

@@ -75,8 +75,10 @@ def _run(tmp_path, variant, scale, seed, *, valid_loss, hyps, refs, status="done
     """A run directory as train.py and eval.py leave it (or a diverged one)."""
     where = tmp_path / variant / f"x{scale:g}" / str(seed)
     (where / "eval").mkdir(parents=True)
-    rows = [{"kind": "eval", "split": "valid", "step": 5, "loss": valid_loss + 1.0},
-            {"kind": "eval", "split": "valid", "step": 10, "loss": valid_loss}]  # fmt: skip
+    rows = [
+        {"kind": "eval", "split": "valid", "step": 5, "loss": valid_loss + 1.0},
+        {"kind": "eval", "split": "valid", "step": 10, "loss": valid_loss},
+    ]
     (where / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (where / "status.json").write_text(json.dumps({"status": status}))
     if status == "done":
@@ -85,8 +87,18 @@ def _run(tmp_path, variant, scale, seed, *, valid_loss, hyps, refs, status="done
         (where / "eval" / "test.json").write_text(json.dumps(record))
         (where / "eval" / "test.hyp.txt").write_text("\n".join(hyps) + "\n")
         (where / "eval" / "test.ref.txt").write_text("\n".join(refs) + "\n")
-    return Run(variant, seed, str(where), {}, {}, "base.py", "test", num_steps=10,
-               lr_scale=scale, learning_rate=1e-3 * scale)  # fmt: skip
+    return Run(
+        variant,
+        seed,
+        str(where),
+        {},
+        {},
+        "base.py",
+        "test",
+        num_steps=10,
+        lr_scale=scale,
+        learning_rate=1e-3 * scale,
+    )
 
 
 def _study(tmp_path):
@@ -97,25 +109,48 @@ def _study(tmp_path):
     refs = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))) for _ in range(30)]
 
     def noisy(p):
-        return [" ".join(w if rng.random() > p else rng.choice(words) for w in r.split())
-                for r in refs]  # fmt: skip
+        return [
+            " ".join(w if rng.random() > p else rng.choice(words) for w in r.split()) for r in refs
+        ]
 
-    valid = {("base", 0.5): [2.0, 2.2], ("base", 1.0): [1.8, 1.9], ("base", 2.0): [1.5, 1.6],
-             ("alt", 0.5): [1.4, 1.5], ("alt", 1.0): [1.7, 1.8]}  # fmt: skip
+    valid = {
+        ("base", 0.5): [2.0, 2.2],
+        ("base", 1.0): [1.8, 1.9],
+        ("base", 2.0): [1.5, 1.6],
+        ("alt", 0.5): [1.4, 1.5],
+        ("alt", 1.0): [1.7, 1.8],
+    }
     noise = {("base", 2.0): 0.6, ("alt", 0.5): 0.05}
     runs = []
     for (variant, scale), losses in valid.items():
         for seed, loss in enumerate(losses):
             hyps = noisy(noise.get((variant, scale), 0.3))
-            runs.append(_run(tmp_path, variant, scale, seed, valid_loss=loss, hyps=hyps,
-                             refs=refs))  # fmt: skip
+            runs.append(_run(tmp_path, variant, scale, seed, valid_loss=loss, hyps=hyps, refs=refs))
     for seed in (0, 1):
-        runs.append(_run(tmp_path, "alt", 2.0, seed, valid_loss=float("nan"), hyps=[],
-                         refs=refs, status="diverged"))  # fmt: skip
-    sweep = sw.Sweep(path="s.py", base="base.py", overrides={}, seeds=[0, 1],
-                     eval_split="test", variants={"base": {}, "alt": {}}, eval_overrides={},
-                     parallel=1, baseline="base",
-                     lr_grid={"base": [0.5, 1.0, 2.0], "alt": [0.5, 1.0, 2.0]})  # fmt: skip
+        runs.append(
+            _run(
+                tmp_path,
+                "alt",
+                2.0,
+                seed,
+                valid_loss=float("nan"),
+                hyps=[],
+                refs=refs,
+                status="diverged",
+            )
+        )
+    sweep = sw.Sweep(
+        path="s.py",
+        base="base.py",
+        overrides={},
+        seeds=[0, 1],
+        eval_split="test",
+        variants={"base": {}, "alt": {}},
+        eval_overrides={},
+        parallel=1,
+        baseline="base",
+        lr_grid={"base": [0.5, 1.0, 2.0], "alt": [0.5, 1.0, 2.0]},
+    )
     return sweep, runs, valid
 
 
@@ -183,10 +218,16 @@ def test_report_has_the_grid_columns_table_csv_and_plot(tmp_path):
 )
 def test_a_choice_at_the_grids_largest_or_smallest_scale_is_flagged(losses, edge):
     per_run = [
-        {"variant": "v", "lr_scale": scale, "learning_rate": 1e-3 * scale, "status": "done",
-         "final_valid_loss": loss, "bleu": 1.0}
+        {
+            "variant": "v",
+            "lr_scale": scale,
+            "learning_rate": 1e-3 * scale,
+            "status": "done",
+            "final_valid_loss": loss,
+            "bleu": 1.0,
+        }
         for scale, loss in zip((0.5, 1.0, 2.0), losses, strict=True)
-    ]  # fmt: skip
+    ]
     choice = choose({"v": [0.5, 1.0, 2.0]}, per_run)["v"]
     assert choice.scale == (0.5, 1.0, 2.0)[losses.index(min(losses))]
     assert choice.edge == edge

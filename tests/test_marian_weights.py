@@ -29,9 +29,17 @@ VOCAB = 50
 def post_ln_config(**overrides):
     from transformer.model.config import ModelConfig
 
-    values = dict(vocab_size=VOCAB, d_model=32, num_heads=4, num_encoder_layers=2,
-                  num_decoder_layers=2, d_ff=64, max_len=32, dropout_rate=0.0,
-                  norm_position="post")  # fmt: skip
+    values = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=64,
+        max_len=32,
+        dropout_rate=0.0,
+        norm_position="post",
+    )
     return ModelConfig(**{**values, **overrides})
 
 
@@ -119,8 +127,13 @@ def test_greedy_ids_equal_hf_generate(activation):
     hf = marian_weights.to_marian(cfg, params)
     src_t = torch.from_numpy(src).long()
     with torch.inference_mode():
-        out = hf.generate(input_ids=src_t, attention_mask=(src_t != PAD_ID).long(),
-                          num_beams=1, do_sample=False, max_new_tokens=10)  # fmt: skip
+        out = hf.generate(
+            input_ids=src_t,
+            attention_mask=(src_t != PAD_ID).long(),
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=10,
+        )
     theirs = marian_weights.generated_ids(out.numpy())
     assert [r[0] for r in ours] == theirs
 
@@ -158,8 +171,19 @@ def test_real_data_speed_reports_figures_on_a_trained_post_ln_run(tmp_path, caps
     workdir = str(tmp_path / "run")
     train_and_evaluate(config, workdir)
     capsys.readouterr()
-    rc = real_data_speed.main(["--workdir", workdir, "--split", "test", "--json",
-                               "--max_sentences", "8", "--batch_size", "4"])  # fmt: skip
+    rc = real_data_speed.main(
+        [
+            "--workdir",
+            workdir,
+            "--split",
+            "test",
+            "--json",
+            "--max_sentences",
+            "8",
+            "--batch_size",
+            "4",
+        ]
+    )
     assert rc == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     by_key = {(r["impl"], r["figure"]): r for r in records}

@@ -62,7 +62,7 @@ def start_processes(workdir, args, n=2):
                 f"--num_processes={n}",
                 f"--process_id={i}",
             ],
-        )  # fmt: skip
+        )
         for i in range(n)
     ]
 
@@ -84,8 +84,12 @@ def test_two_processes_train_like_one_and_checkpoints_restore_in_either_layout(t
     procs = start_processes(multi, tiny_args(**MP_RUN))
     # One process, two CPU devices: the same mesh and global batch; 30 steps, so steps 21-30
     # also serve as the reference for the continuation below.
-    reference = Train(tmp_path / "one_process", tiny_args(**{**MP_RUN, "train__num_steps": 30}),
-                      name="reference", env=TWO_CPU_DEVICES)  # fmt: skip
+    reference = Train(
+        tmp_path / "one_process",
+        tiny_args(**{**MP_RUN, "train__num_steps": 30}),
+        name="reference",
+        env=TWO_CPU_DEVICES,
+    )
     try:
         finish_all(procs)
         assert reference.finish(timeout=TIMEOUT) == 0, reference.stderr[-3000:]

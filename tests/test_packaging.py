@@ -22,8 +22,14 @@ import pytest
 from tests.helpers import ROOT, tiny_args
 
 pytestmark = pytest.mark.slow
-SCRIPTS = ["transformer-train", "transformer-eval", "transformer-decode", "transformer-sweep",
-           "transformer-analyze", "transformer-report"]  # fmt: skip
+SCRIPTS = [
+    "transformer-train",
+    "transformer-eval",
+    "transformer-decode",
+    "transformer-sweep",
+    "transformer-analyze",
+    "transformer-report",
+]
 
 
 def _sh(args, **kwargs):
@@ -41,8 +47,20 @@ def _build_wheel(tmp_path) -> str:
             os.makedirs(source / os.path.dirname(name), exist_ok=True)
             shutil.copy2(os.path.join(ROOT, name), source / name)
     dist = tmp_path / "dist"
-    _sh([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--no-index", "-w", str(dist), str(source)])  # fmt: skip
+    _sh(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(dist),
+            str(source),
+        ]
+    )
     (wheel,) = dist.glob("transformer-*.whl")
     return str(wheel)
 

@@ -21,8 +21,9 @@ def test_quantized_values_are_int8_steps_within_half_a_step():
     w[:, 3] = 0.0  # an all-zero column stays exactly zero
     q, scale = quantize_columns(jnp.asarray(w))
     assert q.dtype == jnp.int8 and int(jnp.abs(q).max()) == 127
-    np.testing.assert_allclose(np.asarray(scale)[[0, 1, 2, 4]],
-                               np.abs(w).max(axis=0)[[0, 1, 2, 4]] / 127, rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        np.asarray(scale)[[0, 1, 2, 4]], np.abs(w).max(axis=0)[[0, 1, 2, 4]] / 127, rtol=1e-6
+    )
     error = np.abs(np.asarray(q, np.float32) * np.asarray(scale) - w)
     assert (error <= np.asarray(scale) / 2 + 1e-7).all()
     assert (np.asarray(q)[:, 3] == 0).all()
@@ -86,21 +87,26 @@ def test_translator_decodes_with_int8_and_rejects_unknown_modes(monkeypatch):
 
     calls = []  # prepare_decoder runs while the decode function is traced, once per compile
     real = translator_lib.prepare_decoder
-    monkeypatch.setattr(translator_lib, "prepare_decoder",
-                        lambda m, **kw: calls.append(kw["quantize"]) or real(m, **kw))  # fmt: skip
+    monkeypatch.setattr(
+        translator_lib,
+        "prepare_decoder",
+        lambda m, **kw: calls.append(kw["quantize"]) or real(m, **kw),
+    )
     model = Transformer(tiny_model_config(d_model=64, d_ff=128), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     outputs = {}
     for quantize in ("none", "int8"):
-        settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6,
-                                  quantize=quantize)  # fmt: skip
+        settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6, quantize=quantize)
         translator = Translator(graphdef, model.cfg, settings, None, None)
         outputs[quantize], _ = translator.translate_ids(params, [[5, 6, 7, 3], [9, 10, 3]])
         assert calls[-1] == quantize
     assert all(len(o[0]) <= 6 for o in outputs["int8"])
     tokens = [t for o in outputs["none"] for t in o[0]]
-    same = [a == b for o, q in zip(outputs["none"], outputs["int8"], strict=True)
-            for a, b in zip(o[0], q[0], strict=False)]  # fmt: skip
+    same = [
+        a == b
+        for o, q in zip(outputs["none"], outputs["int8"], strict=True)
+        for a, b in zip(o[0], q[0], strict=False)
+    ]
     assert tokens and sum(same) >= 0.5 * len(same)  # greedy paths part at the first near-tie
     with pytest.raises(UserError, match="decode.quantize 'int4'"):
         DecodeSettings(quantize="int4")
@@ -122,8 +128,9 @@ def test_bfloat16_cache_stores_bfloat16_and_keeps_the_tokens(monkeypatch):
     sources = [[5, 6, 7, 3], [9, 10, 3], [11, 12, 13, 14, 3]]
     results = {}
     for cache_dtype in ("model", "bfloat16"):
-        settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6,
-                                  cache_dtype=cache_dtype)  # fmt: skip
+        settings = DecodeSettings(
+            strategy="greedy", max_len_a=0.0, max_len_b=6, cache_dtype=cache_dtype
+        )
         translator = Translator(graphdef, model.cfg, settings, None, None)
         results[cache_dtype] = translator.translate_ids(params, sources)
     assert cache_dtypes == [{jnp.dtype(jnp.float32)}, {jnp.dtype(jnp.bfloat16)}]
@@ -142,8 +149,9 @@ def test_bfloat16_product_is_the_exact_sum_of_rounded_operands(layout):
     x = rng.standard_normal((5, 96)).astype(np.float32)
     w = rng.standard_normal((96, 7)).astype(np.float32)
     b = rng.standard_normal(7).astype(np.float32)
-    proj = projection([jnp.asarray(w)], [jnp.asarray(b)], layout=layout, dtype=jnp.float32,
-                      quantize="bfloat16")  # fmt: skip
+    proj = projection(
+        [jnp.asarray(w)], [jnp.asarray(b)], layout=layout, dtype=jnp.float32, quantize="bfloat16"
+    )
     assert proj.kernel.dtype == jnp.bfloat16
     got = np.asarray(proj(jnp.asarray(x), jnp.float32))
     assert got.dtype == np.float32
@@ -177,14 +185,19 @@ def test_bfloat16_decoding_rounds_the_products_asked_for_and_keeps_most_tokens(m
     graphdef, params = nnx.split(model)
     sources = [[5, 6, 7, 3], [9, 10, 3], [11, 12, 13, 14, 3]]
     outputs, copies = {}, {}
-    arms = {"none": ("none", "none"), "loop": ("bfloat16", "none"),
-            "all": ("bfloat16", "bfloat16")}  # fmt: skip
+    arms = {"none": ("none", "none"), "loop": ("bfloat16", "none"), "all": ("bfloat16", "bfloat16")}
     for arm, (quantize, encoder_quantize) in arms.items():
         kernels.clear()
-        settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6,
-                                  quantize=quantize, encoder_quantize=encoder_quantize)  # fmt: skip
-        outputs[arm], _ = Translator(graphdef, model.cfg, settings, None, None
-                                     ).translate_ids(params, sources)  # fmt: skip
+        settings = DecodeSettings(
+            strategy="greedy",
+            max_len_a=0.0,
+            max_len_b=6,
+            quantize=quantize,
+            encoder_quantize=encoder_quantize,
+        )
+        outputs[arm], _ = Translator(graphdef, model.cfg, settings, None, None).translate_ids(
+            params, sources
+        )
         copies[arm] = sorted(kernels)
     enc, dec = model.cfg.num_encoder_layers, model.cfg.num_decoder_layers
     # The decoder loop: fused Q/K/V, self-attention output, cross-attention query and output,
@@ -195,8 +208,11 @@ def test_bfloat16_decoding_rounds_the_products_asked_for_and_keeps_most_tokens(m
     assert copies["loop"] == ["bfloat16"] * loop
     assert copies["all"] == ["bfloat16"] * (loop + once)
     for arm in ("loop", "all"):
-        same = [a == b for o, q in zip(outputs["none"], outputs[arm], strict=True)
-                for a, b in zip(o[0], q[0], strict=False)]  # fmt: skip
+        same = [
+            a == b
+            for o, q in zip(outputs["none"], outputs[arm], strict=True)
+            for a, b in zip(o[0], q[0], strict=False)
+        ]
         assert same and sum(same) >= 0.5 * len(same)  # greedy paths part at the first near-tie
     with pytest.raises(UserError, match="decode.encoder_quantize 'int8'"):
         DecodeSettings(encoder_quantize="int8")

@@ -27,8 +27,9 @@ def _corpus(n: int = 60, seed: int = 0):
     refs = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) for _ in range(n)]
 
     def noisy(p):
-        return [" ".join(w if rng.random() > p else rng.choice(WORDS) for w in r.split())
-                for r in refs]  # fmt: skip
+        return [
+            " ".join(w if rng.random() > p else rng.choice(WORDS) for w in r.split()) for r in refs
+        ]
 
     return refs, noisy(0.4), noisy(0.25)
 
@@ -36,9 +37,23 @@ def _corpus(n: int = 60, seed: int = 0):
 def _cli_table(tmp_path, refs, base, system) -> list[str]:
     for name, lines in (("r", refs), ("b", base), ("s", system)):
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
-    cli = [sys.executable, "-m", "sacrebleu", str(tmp_path / "r.txt"), "-i",
-           str(tmp_path / "b.txt"), str(tmp_path / "s.txt"), "-m", "bleu", "chrf",
-           "--paired-bs", "--paired-bs-n", "1000", "-f", "text"]  # fmt: skip
+    cli = [
+        sys.executable,
+        "-m",
+        "sacrebleu",
+        str(tmp_path / "r.txt"),
+        "-i",
+        str(tmp_path / "b.txt"),
+        str(tmp_path / "s.txt"),
+        "-m",
+        "bleu",
+        "chrf",
+        "--paired-bs",
+        "--paired-bs-n",
+        "1000",
+        "-f",
+        "text",
+    ]
     out = subprocess.run(cli, capture_output=True, text=True, check=True).stdout
     return out.splitlines()
 
@@ -63,8 +78,9 @@ def test_the_difference_interval_comes_from_sacrebleus_own_resamples():
     # Our resamples reproduce the system mean and interval PairedTest reports, so the paired
     # differences are taken over the very resamples its p-value comes from.
     refs, base, system = _corpus()
-    test = PairedTest([("b", base), ("s", system)], sacrebleu_metrics(), [refs],
-                      test_type="bs", n_samples=1000)  # fmt: skip
+    test = PairedTest(
+        [("b", base), ("s", system)], sacrebleu_metrics(), [refs], test_type="bs", n_samples=1000
+    )
     _, reported = test()
     indices = sig.resample_indices(len(refs), 1000, sig.SEED)
     for column, metric in zip(["BLEU", "chrF2"], sacrebleu_metrics().values(), strict=True):

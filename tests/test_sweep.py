@@ -12,15 +12,30 @@ from transformer.research import sweep as sw
 from transformer.research.sweep.runs import classify_failure
 
 TINY = {  # tests/helpers.tiny_config as overrides of configs/default.py, shortened further
-    "data.vocab_size": 200, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
-    "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_len": 64,
-    "model.dropout_rate": 0.0, "data.synthetic_train_size": 1500, "data.synthetic_eval_size": 8,
-    "data.max_source_len": 32, "data.max_target_len": 32, "train.batch_size": 16,
-    "train.num_steps": 6, "train.warmup_steps": 2, "train.schedule": "rsqrt",
-    "train.learning_rate": 3e-3, "train.log_every": 3, "train.eval_every": 3,
-    "train.checkpoint_every": 6, "train.eval_bleu_sentences": 0, "decode.batch_size": 8,
+    "data.vocab_size": 200,
+    "model.d_model": 32,
+    "model.num_heads": 4,
+    "model.d_ff": 64,
+    "model.num_encoder_layers": 1,
+    "model.num_decoder_layers": 1,
+    "model.max_len": 64,
+    "model.dropout_rate": 0.0,
+    "data.synthetic_train_size": 1500,
+    "data.synthetic_eval_size": 8,
+    "data.max_source_len": 32,
+    "data.max_target_len": 32,
+    "train.batch_size": 16,
+    "train.num_steps": 6,
+    "train.warmup_steps": 2,
+    "train.schedule": "rsqrt",
+    "train.learning_rate": 3e-3,
+    "train.log_every": 3,
+    "train.eval_every": 3,
+    "train.checkpoint_every": 6,
+    "train.eval_bleu_sentences": 0,
+    "decode.batch_size": 8,
     "decode.max_len_b": 5,
-}  # fmt: skip
+}
 
 
 def _write_sweep(tmp_path, variants, seeds=(0, 1), parallel=2):
@@ -59,9 +74,11 @@ def test_grid_names_and_key_resolution(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
-    variants = {"pre": {"model.norm_position": "pre"},
-                "post": {"model.norm_position": "post", "model.activation": "gelu"},
-                "bad": {"model.activation": "nonsense"}}  # fmt: skip
+    variants = {
+        "pre": {"model.norm_position": "pre"},
+        "post": {"model.norm_position": "post", "model.activation": "gelu"},
+        "bad": {"model.activation": "nonsense"},
+    }
     config = _write_sweep(tmp_path, variants)
     workdir = str(tmp_path / "sweep")
     args = ["--config", config, "--workdir", workdir, "--poll_s", "1"]
@@ -92,10 +109,14 @@ def test_sweep_runs_resumes_records_failures_and_reports(tmp_path, capsys):
     # Interrupted after training, before its evaluation: only that run's eval reruns.
     done_evals = {
         (n, s): os.path.getmtime(os.path.join(workdir, n, str(s), "eval", "test.json"))
-        for n in ("pre", "post") for s in (0, 1) if (n, s) != ("post", 1)
-    }  # fmt: skip
-    done_status = {key: open(os.path.join(workdir, key[0], str(key[1]), "status.json")).read()
-                   for key in done_evals}  # fmt: skip
+        for n in ("pre", "post")
+        for s in (0, 1)
+        if (n, s) != ("post", 1)
+    }
+    done_status = {
+        key: open(os.path.join(workdir, key[0], str(key[1]), "status.json")).read()
+        for key in done_evals
+    }
     interrupted = os.path.join(workdir, "post", "1")
     os.remove(os.path.join(interrupted, "eval", "test.json"))
     os.remove(os.path.join(interrupted, "status.json"))
@@ -310,9 +331,17 @@ def test_a_run_kept_without_references_takes_them_from_references_file(tmp_path)
     refs = ["der Hund sieht den Mann", "die Katze", "das rote Haus steht dort"]
     hyps = {"base": ["der Hund", "die Katze", "das Haus"], "alt": refs}
     runs = [_finished_run(tmp_path, v, 0, h, refs) for v, h in hyps.items()]
-    sweep = Sweep(path="s.py", base="base.py", overrides={}, seeds=[0], eval_split="test",
-                  variants={"base": {}, "alt": {}}, eval_overrides={}, parallel=1,
-                  baseline="base")  # fmt: skip
+    sweep = Sweep(
+        path="s.py",
+        base="base.py",
+        overrides={},
+        seeds=[0],
+        eval_split="test",
+        variants={"base": {}, "alt": {}},
+        eval_overrides={},
+        parallel=1,
+        baseline="base",
+    )
     with_files = {r["variant"]: r for r in aggregate(sweep, runs)[0]}
     for run in runs:
         os.remove(os.path.join(run.workdir, "eval", "test.ref.txt"))

@@ -21,8 +21,13 @@ from transformer.cli import sweep as sweep_cli
 from transformer.research import sweep as sw
 
 # 20 steps at a rate high enough that the test hypotheses are not empty (BLEU 0, chrF > 0).
-SHORT = {"train.num_steps": 20, "train.log_every": 10, "train.eval_every": 10,
-         "train.checkpoint_every": 20, "train.learning_rate": 3e-2}  # fmt: skip
+SHORT = {
+    "train.num_steps": 20,
+    "train.log_every": 10,
+    "train.eval_every": 10,
+    "train.checkpoint_every": 20,
+    "train.learning_rate": 3e-2,
+}
 VARIANTS = {
     "pre": {"model.norm_position": "pre"},
     "diverges": {"train.learning_rate": 1e30},  # valid config, non-finite loss at run time
@@ -32,7 +37,7 @@ VARIANTS = {
 def _write_sweep(path, variants, seeds=(0,)):
     path.write_text(
         "def get_config():\n"
-        f"    return {{'base': 'configs/default.py', 'overrides': {({**TINY, **SHORT})!r},\n"
+        f"    return {{'base': 'configs/default.py', 'overrides': { ({**TINY, **SHORT})!r},\n"
         f"            'variants': {variants!r}, 'seeds': {list(seeds)!r},\n"
         "            'eval_split': 'test', 'eval_overrides': {'decode.strategy': 'greedy'},\n"
         "            'parallel': 2}\n"
@@ -55,14 +60,22 @@ def _ray_start(args, temp_dir):
     running (GCS, raylet, agents, workers and their subprocesses) stays in that group."""
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
     ports = _free_ports(5)
-    cmd = [ray, "start", *args, "--num-cpus=1", f"--temp-dir={temp_dir}",
-           "--object-store-memory=100000000",
-           f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
-           f"--dashboard-agent-grpc-port={ports[2]}",
-           f"--dashboard-agent-listen-port={ports[3]}",
-           f"--metrics-export-port={ports[4]}"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # fmt: skip
+    cmd = [
+        ray,
+        "start",
+        *args,
+        "--num-cpus=1",
+        f"--temp-dir={temp_dir}",
+        "--object-store-memory=100000000",
+        f"--node-manager-port={ports[0]}",
+        f"--object-manager-port={ports[1]}",
+        f"--dashboard-agent-grpc-port={ports[2]}",
+        f"--dashboard-agent-listen-port={ports[3]}",
+        f"--metrics-export-port={ports[4]}",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=180)
     except subprocess.TimeoutExpired:
@@ -107,8 +120,13 @@ def ray_cluster(monkeypatch):
     (port,) = _free_ports(1)
     groups = []
     try:
-        head = ["--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
+        head = [
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ]
         groups.append(_ray_start(head, os.path.join(temp, "head")))
         groups.append(_ray_start([f"--address=127.0.0.1:{port}"], os.path.join(temp, "node")))
         yield f"127.0.0.1:{port}"
@@ -150,8 +168,18 @@ def test_a_sweep_on_a_two_node_ray_cluster_matches_the_local_executor(
 ):
     config = _write_sweep(tmp_path / "sweep_cfg.py", VARIANTS)
     on_ray, local = str(tmp_path / "ray"), str(tmp_path / "local")
-    ray_args = ["--config", config, "--workdir", on_ray, "--poll_s", "1",
-                "--executor", "ray", "--ray_address", ray_cluster]  # fmt: skip
+    ray_args = [
+        "--config",
+        config,
+        "--workdir",
+        on_ray,
+        "--poll_s",
+        "1",
+        "--executor",
+        "ray",
+        "--ray_address",
+        ray_cluster,
+    ]
     assert sweep_cli.main(ray_args) == 0
     out = capsys.readouterr().out
     assert "ray cluster: 2 node(s), 2 CPU(s), 0 GPU(s); each run asks for 1 CPU(s)" in out
@@ -200,8 +228,16 @@ def test_executor_flag_picks_local_or_ray_with_the_same_signature(monkeypatch):
     monkeypatch.setattr(ray_execution, "execute_on_ray", lambda runs, **kw: calls.append(kw))
     args = _parse("--executor", "ray", "--ray_address", "head-node:6379", "--gpus_per_run", "0.5")
     sweep_cli._executor(args)([], parallel=4, retry_failed=True, poll_s=2.0, out=None)
-    assert calls == [{"address": "head-node:6379", "cpus_per_run": 1, "gpus_per_run": 0.5,
-                      "retry_failed": True, "poll_s": 2.0, "out": None}]  # fmt: skip
+    assert calls == [
+        {
+            "address": "head-node:6379",
+            "cpus_per_run": 1,
+            "gpus_per_run": 0.5,
+            "retry_failed": True,
+            "poll_s": 2.0,
+            "out": None,
+        }
+    ]
 
 
 def _cli_error(tmp_path, capsys, *extra):

@@ -14,14 +14,18 @@ from transformer.training.loop import train_and_evaluate
 
 
 def train_losses(workdir):
-    return {r["step"]: r["loss"] for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
-            if r["kind"] == "train"}  # fmt: skip
+    return {
+        r["step"]: r["loss"]
+        for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
+        if r["kind"] == "train"
+    }
 
 
 def test_default_config_trains_and_loss_falls(tmp_path):
     workdir = str(tmp_path / "run")
-    config = tiny_config(train__num_steps=150, train__log_every=5, train__eval_every=150,
-                         train__checkpoint_every=75)  # fmt: skip
+    config = tiny_config(
+        train__num_steps=150, train__log_every=5, train__eval_every=150, train__checkpoint_every=75
+    )
     result = train_and_evaluate(config, workdir)
     assert result.step == 150
     losses = train_losses(workdir)
@@ -40,8 +44,13 @@ def test_default_config_trains_and_loss_falls(tmp_path):
 
 
 def test_resumed_run_reproduces_uninterrupted_run(tmp_path):
-    overrides = dict(train__log_every=1, train__checkpoint_every=10, train__eval_every=1000,
-                     train__eval_bleu_sentences=0, model__dropout_rate=0.1)  # fmt: skip
+    overrides = dict(
+        train__log_every=1,
+        train__checkpoint_every=10,
+        train__eval_every=1000,
+        train__eval_bleu_sentences=0,
+        model__dropout_rate=0.1,
+    )
     straight = str(tmp_path / "straight")
     train_and_evaluate(tiny_config(train__num_steps=30, **overrides), straight)
     resumed = str(tmp_path / "resumed")
@@ -99,8 +108,16 @@ BAD_CONFIG_VALUES = [
 
 @pytest.mark.parametrize("override,message", fast_subset(BAD_CONFIG_VALUES, BAD_CONFIG_VALUES[1:2]))
 def test_bad_config_values_give_one_line_errors(tmp_path, override, message):
-    proc = run(["train.py", "--config", "configs/default.py", "--workdir", str(tmp_path / "w"),
-                *override.split()])  # fmt: skip
+    proc = run(
+        [
+            "train.py",
+            "--config",
+            "configs/default.py",
+            "--workdir",
+            str(tmp_path / "w"),
+            *override.split(),
+        ]
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]

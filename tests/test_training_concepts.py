@@ -181,14 +181,23 @@ NOT_DECAYED = ("bias", "scale")  # biases and norm scales
 def test_weight_decay_moves_exactly_matrices_by_lr_times_wd():
     # Every kind of parameter the model has: untied output, separate embeddings, learned
     # positions, LayerNorm (scale and bias), biased projections.
-    cfg = tiny_model_config(tie_output=False, share_embeddings=False, position="learned",
-                            norm_type="layernorm", use_bias=True)  # fmt: skip
+    cfg = tiny_model_config(
+        tie_output=False,
+        share_embeddings=False,
+        position="learned",
+        norm_type="layernorm",
+        use_bias=True,
+    )
     # Random nonzero values everywhere (LayerNorm starts at scale 1 / bias 0): "did not
     # move" is then a real observation, as decay of a zero is zero.
     params = random_params(abstract_model(cfg)[1], seed=0)
     lr, wd = 0.01, 0.1
-    train = tiny_config(train__schedule="constant", train__warmup_steps=0,
-                        train__learning_rate=lr, train__weight_decay=wd).train  # fmt: skip
+    train = tiny_config(
+        train__schedule="constant",
+        train__warmup_steps=0,
+        train__learning_rate=lr,
+        train__weight_decay=wd,
+    ).train
     optimizer, _ = make_optimizer(train)
     zeros = jax.tree.map(jnp.zeros_like, params)
     updates, _ = jax.jit(optimizer.update)(zeros, optimizer.init(params), params)
@@ -198,8 +207,9 @@ def test_weight_decay_moves_exactly_matrices_by_lr_times_wd():
     assert {"kernel", "embedding", "bias", "scale"} <= set(kinds.values())
     for name, kind in kinds.items():
         if kind in DECAYED:  # AdamW's decoupled decay: Adam's step is 0 for zero gradients
-            np.testing.assert_allclose(after[name], before[name] * (1 - lr * wd), rtol=1e-6,
-                                       err_msg=name)  # fmt: skip
+            np.testing.assert_allclose(
+                after[name], before[name] * (1 - lr * wd), rtol=1e-6, err_msg=name
+            )
         else:
             np.testing.assert_array_equal(after[name], before[name], err_msg=name)
 
@@ -236,9 +246,17 @@ FLOP_CONFIGS = {
 @pytest.mark.parametrize("name", list(FLOP_CONFIGS))
 def test_forward_flops_matches_the_program_and_xla(name):
     # Unequal source/target lengths and layer counts, so swapping them changes the count.
-    cfg = ModelConfig(vocab_size=64, d_model=32, num_heads=4, d_ff=128, num_encoder_layers=2,
-                      num_decoder_layers=1, max_len=32, dropout_rate=0.0,
-                      **FLOP_CONFIGS[name])  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=64,
+        d_model=32,
+        num_heads=4,
+        d_ff=128,
+        num_encoder_layers=2,
+        num_decoder_layers=1,
+        max_len=32,
+        dropout_rate=0.0,
+        **FLOP_CONFIGS[name],
+    )
     graphdef, params = abstract_model(cfg)  # shapes are all tracing and compiling need
     b, s, t = 2, 12, 10
     src, tgt = jax.ShapeDtypeStruct((b, s), jnp.int32), jax.ShapeDtypeStruct((b, t), jnp.int32)
@@ -334,8 +352,7 @@ class ScheduledSamplingModel:
 
         def scheduled(params, batch, tgt_in, key, rate):
             model = nnx.merge(graphdef, params)
-            return steps_lib._scheduled_inputs(model, batch, tgt_in, key, rate,
-                                               model_kwargs(batch))  # fmt: skip
+            return steps_lib._scheduled_inputs(model, batch, tgt_in, key, rate, model_kwargs(batch))
 
         self.forward = jax.jit(forward)
         self.scheduled = jax.jit(scheduled)
@@ -353,11 +370,11 @@ class ScheduledSamplingModel:
     def train_step(self, rate):
         """(loss, mean gradients) of one train step with scheduled_sampling_rate=rate."""
         train = tiny_config(train__scheduled_sampling_rate=rate, train__label_smoothing=0.0)
-        step = steps_lib.make_train_step(self.graphdef, grad_recorder(), lambda s: 0.0,
-                                         train.train)  # fmt: skip
+        step = steps_lib.make_train_step(self.graphdef, grad_recorder(), lambda s: 0.0, train.train)
         recorder = grad_recorder()
-        state = steps_lib.TrainState(jnp.zeros((), jnp.int32), self.params,
-                                     recorder.init(self.params))  # fmt: skip
+        state = steps_lib.TrainState(
+            jnp.zeros((), jnp.int32), self.params, recorder.init(self.params)
+        )
         new_state, metrics = jax.jit(step)(state, self.batch, jax.random.key(0))
         return float(metrics["loss"]), new_state.opt_state
 
@@ -427,8 +444,13 @@ def test_rate_one_train_step_trains_on_the_models_own_inputs(ss):
 def trained_run(tmp_path_factory):
     """train.py on configs/default.py made tiny: checkpoints at steps 5, 10 and 15."""
     workdir = str(tmp_path_factory.mktemp("concepts") / "run")
-    args = tiny_args(train__num_steps=15, train__checkpoint_every=5, train__eval_every=1000,
-                     train__log_every=5, train__keep_checkpoints=3)  # fmt: skip
+    args = tiny_args(
+        train__num_steps=15,
+        train__checkpoint_every=5,
+        train__eval_every=1000,
+        train__log_every=5,
+        train__keep_checkpoints=3,
+    )
     run(["train.py", "--config", "configs/default.py", "--workdir", workdir, *args], check=True)
     return workdir
 
@@ -445,15 +467,18 @@ def orbax_params(workdir, step) -> dict[str, np.ndarray]:
 def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run):
     from transformer.evaluation.restore import restore_run
 
-    steps = sorted(int(d) for d in os.listdir(os.path.join(trained_run, "checkpoints"))
-                   if d.isdigit())  # fmt: skip
+    steps = sorted(
+        int(d) for d in os.listdir(os.path.join(trained_run, "checkpoints")) if d.isdigit()
+    )
     assert steps == [5, 10, 15]
     stored = {s: orbax_params(trained_run, s) for s in steps}
     assert not np.allclose(stored[5]["src_embed.embedding"], stored[15]["src_embed.embedding"])
 
     def mean_of(chosen):
-        return {n: np.mean([stored[s][n].astype(np.float64) for s in chosen], axis=0)
-                for n in stored[steps[0]]}  # fmt: skip
+        return {
+            n: np.mean([stored[s][n].astype(np.float64) for s in chosen], axis=0)
+            for n in stored[steps[0]]
+        }
 
     cases = [("latest", 1, [15]), (10, 1, [10]), ("latest", 3, [5, 10, 15]), (10, 2, [5, 10])]
     for checkpoint, n, chosen in cases:
@@ -462,15 +487,17 @@ def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run):
         got, want = flat(restored.params), mean_of(chosen)
         assert got.keys() == want.keys()
         for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7,
-                                       err_msg=f"{checkpoint}/{n}: {name}")  # fmt: skip
+            np.testing.assert_allclose(
+                got[name], want[name], rtol=1e-6, atol=1e-7, err_msg=f"{checkpoint}/{n}: {name}"
+            )
 
 
 def decode_lines(workdir, tmp_path, lines, *flags):
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    proc = run(["decode.py", "--workdir", workdir, "--input", str(src), "--output", str(out),
-                *flags])  # fmt: skip
+    proc = run(
+        ["decode.py", "--workdir", workdir, "--input", str(src), "--output", str(out), *flags]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text(encoding="utf-8")
     assert text.endswith("\n")

@@ -31,9 +31,13 @@ def cached_logits(model, src, tgt_in):
     steps = []
     for i in range(tgt_in.shape[1]):
         logits, cache = model.decode(
-            None, segments, tgt_in[:, i : i + 1], cross_kv=cross, cache=cache,
+            None,
+            segments,
+            tgt_in[:, i : i + 1],
+            cross_kv=cross,
+            cache=cache,
             cache_index=jnp.int32(i),
-        )  # fmt: skip
+        )
         steps.append(logits)
     return jnp.concatenate(steps, axis=1)
 
@@ -46,9 +50,18 @@ def cached_logits(model, src, tgt_in):
     ),
 )
 def test_cached_decoding_equals_teacher_forcing(position, norm_position):
-    cfg = ModelConfig(vocab_size=30, d_model=16, num_heads=4, num_encoder_layers=1,
-                      num_decoder_layers=2, d_ff=32, max_len=16, dropout_rate=0.0,
-                      position=position, norm_position=norm_position)  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=30,
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=1,
+        num_decoder_layers=2,
+        d_ff=32,
+        max_len=16,
+        dropout_rate=0.0,
+        position=position,
+        norm_position=norm_position,
+    )
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     np.testing.assert_allclose(
         cached_logits(model, SRC, TGT_IN), model(SRC, TGT_IN), atol=2e-5, rtol=1e-5
@@ -58,9 +71,18 @@ def test_cached_decoding_equals_teacher_forcing(position, norm_position):
 @pytest.mark.parametrize("num_kv_heads", fast_subset([None, 2, 1], [2]), ids=["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("position", fast_subset(["rope", "alibi"], ["rope"]))
 def test_cached_decoding_with_grouped_heads(num_kv_heads, position):
-    cfg = ModelConfig(vocab_size=30, d_model=16, num_heads=4, num_kv_heads=num_kv_heads,
-                      num_encoder_layers=1, num_decoder_layers=2, d_ff=32, max_len=16,
-                      dropout_rate=0.0, position=position)  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=30,
+        d_model=16,
+        num_heads=4,
+        num_kv_heads=num_kv_heads,
+        num_encoder_layers=1,
+        num_decoder_layers=2,
+        d_ff=32,
+        max_len=16,
+        dropout_rate=0.0,
+        position=position,
+    )
     model = Transformer(cfg, rngs=nnx.Rngs(1))
     assert model.init_cache(2, 8)[0]["k"].shape == (2, cfg.kv_heads, 8, cfg.head_dim)
     np.testing.assert_allclose(
@@ -82,9 +104,17 @@ class IdTokenizer:
 
 @pytest.fixture(scope="module")
 def small_model():
-    cfg = ModelConfig(vocab_size=30, d_model=16, num_heads=4, num_encoder_layers=1,
-                      num_decoder_layers=1, d_ff=32, max_len=32, dropout_rate=0.0,
-                      position="rope")  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=30,
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_ff=32,
+        max_len=32,
+        dropout_rate=0.0,
+        position="rope",
+    )
     graphdef, state = init_state(Transformer(cfg, rngs=nnx.Rngs(3)), _sgd())
     return cfg, graphdef, state.params
 
@@ -98,8 +128,9 @@ def _sgd():
 @pytest.mark.parametrize("strategy", fast_subset(["greedy", "sample", "beam"], ["sample", "beam"]))
 def test_translation_does_not_depend_on_batch(small_model, strategy):
     cfg, graphdef, params = small_model
-    settings = DecodeSettings(strategy=strategy, batch_size=4, beam_size=3, top_k=5,
-                              max_len_a=1.0, max_len_b=4, seed=7)  # fmt: skip
+    settings = DecodeSettings(
+        strategy=strategy, batch_size=4, beam_size=3, top_k=5, max_len_a=1.0, max_len_b=4, seed=7
+    )
     tok = IdTokenizer()
     translator = Translator(graphdef, cfg, settings, tok, tok)
     short = "5 6 7"
@@ -129,8 +160,14 @@ def test_samples_do_not_depend_on_batch_size_around_empty_lines(small_model, tmp
     lines = ["5 6 7", "", "8 9 10 11", "", "", "12 13", "14 15 16 17 18"]
     outputs = {}
     for batch_size in (1, 2, 3, 64):
-        settings = DecodeSettings(strategy="sample", num_samples=2, batch_size=batch_size,
-                                  temperature=2.0, max_len_b=4, seed=3)  # fmt: skip
+        settings = DecodeSettings(
+            strategy="sample",
+            num_samples=2,
+            batch_size=batch_size,
+            temperature=2.0,
+            max_len_b=4,
+            seed=3,
+        )
         translator = Translator(graphdef, cfg, settings, tok, tok)
         outputs[batch_size] = _stream(translator, params, lines, tmp_path, str(batch_size))
     assert len(set(outputs.values())) == 1, outputs
@@ -160,15 +197,25 @@ def trained_run(tmp_path_factory):
     from transformer.training.loop import train_and_evaluate
 
     workdir = str(tmp_path_factory.mktemp("run") / "tiny")
-    config = tiny_config(train__num_steps=60, train__eval_every=60, train__checkpoint_every=20,
-                         train__log_every=20)  # fmt: skip
+    config = tiny_config(
+        train__num_steps=60, train__eval_every=60, train__checkpoint_every=20, train__log_every=20
+    )
     train_and_evaluate(config, workdir)
     return workdir
 
 
 def test_eval_bleu_equals_sacrebleu_cli(trained_run):
-    args = ["eval.py", "--workdir", trained_run, "--split", "valid", "--average_last", "2",
-            "--config.decode.strategy=beam", "--config.decode.beam_size=2"]  # fmt: skip
+    args = [
+        "eval.py",
+        "--workdir",
+        trained_run,
+        "--split",
+        "valid",
+        "--average_last",
+        "2",
+        "--config.decode.strategy=beam",
+        "--config.decode.beam_size=2",
+    ]
     proc = run(args, check=True)
     assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a" in proc.stdout
     assert "does not exist" not in proc.stderr  # no alarming (harmless) Orbax warning
@@ -196,9 +243,21 @@ def test_decode_cli_is_reproducible_and_keeps_empty_lines(trained_run, tmp_path)
     outputs = []
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
         out = tmp_path / f"{name}.txt"
-        run(["decode.py", "--workdir", trained_run, "--input", str(src), "--output", str(out),
-             "--config.decode.strategy=sample", "--config.decode.temperature=1.5",
-             f"--config.decode.seed={seed}"], check=True)  # fmt: skip
+        run(
+            [
+                "decode.py",
+                "--workdir",
+                trained_run,
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--config.decode.strategy=sample",
+                "--config.decode.temperature=1.5",
+                f"--config.decode.seed={seed}",
+            ],
+            check=True,
+        )
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
     assert outputs[0] != outputs[2]
@@ -214,10 +273,22 @@ def test_decode_cli_samples_do_not_depend_on_batch_size(trained_run, tmp_path):
     outputs = {}
     for batch_size in (1, 2, 3, 64):
         out = tmp_path / f"out{batch_size}.txt"
-        run(["decode.py", "--workdir", trained_run, "--input", str(src), "--output", str(out),
-             "--config.decode.strategy=sample", "--config.decode.num_samples=3",
-             "--config.decode.temperature=1.5", f"--config.decode.batch_size={batch_size}"],
-            check=True)  # fmt: skip
+        run(
+            [
+                "decode.py",
+                "--workdir",
+                trained_run,
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--config.decode.strategy=sample",
+                "--config.decode.num_samples=3",
+                "--config.decode.temperature=1.5",
+                f"--config.decode.batch_size={batch_size}",
+            ],
+            check=True,
+        )
         outputs[batch_size] = out.read_bytes()
     assert len(set(outputs.values())) == 1, outputs
     assert len(outputs[1].decode().splitlines()) == 3 * len(lines)
@@ -226,8 +297,17 @@ def test_decode_cli_samples_do_not_depend_on_batch_size(trained_run, tmp_path):
 def test_decode_cli_shows_no_routine_library_notices(trained_run, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("The dog sleeps.\n", encoding="utf-8")
-    proc = run(["decode.py", "--workdir", trained_run, "--input", str(src),
-                "--config.decode.strategy=greedy"], check=True)  # fmt: skip
+    proc = run(
+        [
+            "decode.py",
+            "--workdir",
+            trained_run,
+            "--input",
+            str(src),
+            "--config.decode.strategy=greedy",
+        ],
+        check=True,
+    )
     assert proc.stderr.strip() == "translated 1 lines", proc.stderr  # nothing but our line
 
 
@@ -235,8 +315,9 @@ def test_evaluate_returns_the_record_it_wrote_and_the_scores(trained_run):
     import transformer.evaluation.evaluator  # noqa: F401 - the module must not shadow the function
     from transformer import Evaluation, evaluate
 
-    result = evaluate(trained_run, split="valid", name="in_process",
-                      overrides=["decode.strategy=greedy"])  # fmt: skip
+    result = evaluate(
+        trained_run, split="valid", name="in_process", overrides=["decode.strategy=greedy"]
+    )
     assert isinstance(result, Evaluation)
     assert result.path == os.path.join(trained_run, "eval", "in_process.json")
     assert json.load(open(result.path)) == result.record
@@ -270,8 +351,17 @@ def test_restore_reads_parameters_only(trained_run, monkeypatch):
 def test_eval_src_ref_line_mismatch_is_one_line_error(trained_run, tmp_path):
     (tmp_path / "s.txt").write_text("a\nb\n")
     (tmp_path / "r.txt").write_text("a\n")
-    proc = run(["eval.py", "--workdir", trained_run, "--src", str(tmp_path / "s.txt"),
-                "--ref", str(tmp_path / "r.txt")])  # fmt: skip
+    proc = run(
+        [
+            "eval.py",
+            "--workdir",
+            trained_run,
+            "--src",
+            str(tmp_path / "s.txt"),
+            "--ref",
+            str(tmp_path / "r.txt"),
+        ]
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "has 2 lines but --ref" in proc.stderr.strip().splitlines()[-1]
 
@@ -307,9 +397,22 @@ def test_eval_longer_than_scores_the_sentences_over_the_limit(trained_run, tmp_p
     limit = sorted(lengths)[2]
     keep = [i for i, n in enumerate(lengths) if n > limit]
     assert 0 < len(keep) < len(sources)
-    proc = run(["eval.py", "--workdir", trained_run, "--src", str(tmp_path / "s.txt"),
-                "--ref", str(tmp_path / "r.txt"), "--name", "long",
-                "--longer_than", str(limit)], check=True)  # fmt: skip
+    proc = run(
+        [
+            "eval.py",
+            "--workdir",
+            trained_run,
+            "--src",
+            str(tmp_path / "s.txt"),
+            "--ref",
+            str(tmp_path / "r.txt"),
+            "--name",
+            "long",
+            "--longer_than",
+            str(limit),
+        ],
+        check=True,
+    )
     record = json.load(open(os.path.join(trained_run, "eval", "long.json")))
     hyps = open(os.path.join(trained_run, "eval", "long.hyp.txt")).read().splitlines()
     longer = record["longer"]
@@ -324,18 +427,33 @@ def test_eval_writes_length_buckets_scored_on_each_buckets_sentences(trained_run
     import sacrebleu
     import sentencepiece as spm
 
-    sources = ["The dog sleeps.", "The clever boy sees the red dog in the big house.",
-               "The old woman who sees the small cat gives the boy a red apple.",
-               "A cat sees the boy."]  # fmt: skip
+    sources = [
+        "The dog sleeps.",
+        "The clever boy sees the red dog in the big house.",
+        "The old woman who sees the small cat gives the boy a red apple.",
+        "A cat sees the boy.",
+    ]
     references = ["Der Hund schläft.", "x y", "Die alte Frau gibt dem Jungen einen Apfel.", "z"]
     (tmp_path / "s.txt").write_text("\n".join(sources) + "\n")
     (tmp_path / "r.txt").write_text("\n".join(references) + "\n")
     sp = spm.SentencePieceProcessor(model_file=os.path.join(trained_run, "vocab", "shared.model"))
     lengths = [len(sp.encode(s)) + 1 for s in sources]  # EOS counts, as in data.max_source_len
     edge = sorted(lengths)[1]
-    run(["eval.py", "--workdir", trained_run, "--src", str(tmp_path / "s.txt"),
-         "--ref", str(tmp_path / "r.txt"), "--name", "buckets", f"--length_buckets={edge}"],
-        check=True)  # fmt: skip
+    run(
+        [
+            "eval.py",
+            "--workdir",
+            trained_run,
+            "--src",
+            str(tmp_path / "s.txt"),
+            "--ref",
+            str(tmp_path / "r.txt"),
+            "--name",
+            "buckets",
+            f"--length_buckets={edge}",
+        ],
+        check=True,
+    )
     record = json.load(open(os.path.join(trained_run, "eval", "buckets.json")))
     hyps = open(os.path.join(trained_run, "eval", "buckets.hyp.txt")).read().splitlines()
     short, long = record["length_buckets"]
@@ -349,9 +467,21 @@ def test_eval_writes_length_buckets_scored_on_each_buckets_sentences(trained_run
             [hyps[i] for i in members], [[references[i] for i in members]]
         )
         assert bucket["bleu"] == pytest.approx(expected.score, abs=1e-6)
-    run(["eval.py", "--workdir", trained_run, "--src", str(tmp_path / "s.txt"),
-         "--ref", str(tmp_path / "r.txt"), "--name", "nobuckets", "--length_buckets="],
-        check=True)  # fmt: skip
+    run(
+        [
+            "eval.py",
+            "--workdir",
+            trained_run,
+            "--src",
+            str(tmp_path / "s.txt"),
+            "--ref",
+            str(tmp_path / "r.txt"),
+            "--name",
+            "nobuckets",
+            "--length_buckets=",
+        ],
+        check=True,
+    )
     assert "length_buckets" not in json.load(
         open(os.path.join(trained_run, "eval", "nobuckets.json"))
     )
@@ -372,8 +502,9 @@ def test_reference_scores_equal_a_per_sentence_forward_pass(trained_run):
     data = restored.data.eval_split("valid", batch_size=8, max_sentences=4)
     src_ids, _ = tokenize_sources(list(data.sources), restored.data.source_tokenizer, 64)
     tgt_ids, _ = tokenize_sources(list(data.targets), restored.data.target_tokenizer, 64)
-    log_probs, tokens = score_ids(restored.graphdef, restored.params, src_ids, tgt_ids,
-                                  batch_size=3)  # fmt: skip
+    log_probs, tokens = score_ids(
+        restored.graphdef, restored.params, src_ids, tgt_ids, batch_size=3
+    )
     # Jitted (one compile per sentence shape): eager NNX dispatches each small op by itself.
     forward = jax.jit(lambda params, src, tgt: nnx.merge(restored.graphdef, params)(src, tgt))
     for i, (src, tgt) in enumerate(zip(src_ids, tgt_ids, strict=True)):
@@ -401,17 +532,30 @@ def test_the_greedy_output_scores_as_its_search_score(trained_run):
         for i, out in enumerate(outputs)
         if len(out[0]) + 1 < settings.max_len_a * len(src_ids[i]) + settings.max_len_b - 1
     ]
-    assert natural, "no output ended before the length limit"  # fmt: skip
+    assert natural, "no output ended before the length limit"
     targets = [[*outputs[i][0], EOS_ID] for i in natural]
-    log_probs, _ = score_ids(restored.graphdef, restored.params, [src_ids[i] for i in natural],
-                             targets, batch_size=8)  # fmt: skip
+    log_probs, _ = score_ids(
+        restored.graphdef, restored.params, [src_ids[i] for i in natural], targets, batch_size=8
+    )
     assert log_probs == pytest.approx([scores[i][0] for i in natural], abs=1e-3)
 
 
 @pytest.mark.slow
 def test_eval_score_references_writes_per_sentence_scores_and_perplexity(trained_run):
-    run(["eval.py", "--workdir", trained_run, "--split", "valid", "--name", "scored",
-         "--score_references", "--config.decode.strategy=greedy"], check=True)  # fmt: skip
+    run(
+        [
+            "eval.py",
+            "--workdir",
+            trained_run,
+            "--split",
+            "valid",
+            "--name",
+            "scored",
+            "--score_references",
+            "--config.decode.strategy=greedy",
+        ],
+        check=True,
+    )
     record = json.load(open(os.path.join(trained_run, "eval", "scored.json")))
     rows = [
         line.split("\t")

@@ -25,10 +25,18 @@ def _small_corpus(directory):
 
 
 def _train(workdir, data_dir, *extra):
-    args = ["train.py", "--config", "configs/default.py", "--workdir", workdir,
-            *tiny_args(train__num_steps=10, train__checkpoint_every=10, train__eval_every=10),
-            "--config.data.name=parallel_text", f"--config.data.path={data_dir}",
-            "--config.data.vocab_size=8000", *extra]  # fmt: skip
+    args = [
+        "train.py",
+        "--config",
+        "configs/default.py",
+        "--workdir",
+        workdir,
+        *tiny_args(train__num_steps=10, train__checkpoint_every=10, train__eval_every=10),
+        "--config.data.name=parallel_text",
+        f"--config.data.path={data_dir}",
+        "--config.data.vocab_size=8000",
+        *extra,
+    ]
     return run(args)
 
 

@@ -49,13 +49,17 @@ def parse_arms(text: str, fields: set[str]) -> list[dict]:
         for item in filter(None, (part.strip() for part in arm.split(","))):
             name, sep, value = item.partition("=")
             if not sep or name not in fields:
-                raise UserError(f"--arms: {item!r} is not FIELD=VALUE with a decode field; "
-                                f"fields: {', '.join(sorted(fields))}")  # fmt: skip
+                raise UserError(
+                    f"--arms: {item!r} is not FIELD=VALUE with a decode field; "
+                    f"fields: {', '.join(sorted(fields))}"
+                )
             overrides[name] = value
         arms.append(overrides)
     if len(arms) < 2:
-        raise UserError("--arms needs at least two arms separated by ';' (an empty arm is the "
-                        "config's own settings)")  # fmt: skip
+        raise UserError(
+            "--arms needs at least two arms separated by ';' (an empty arm is the "
+            "config's own settings)"
+        )
     return arms
 
 
@@ -84,11 +88,11 @@ def build_calls(config, mode: str, length: int, arms: list[dict]):
     setup = decode_setup(config, mode, length)
     calls = []
     for overrides in arms:
-        settings = dataclasses.replace(setup.settings,
-                                       **typed_overrides(setup.settings, overrides))  # fmt: skip
+        settings = dataclasses.replace(setup.settings, **typed_overrides(setup.settings, overrides))
         compiled = setup.compile(settings)
-        calls.append(lambda c=compiled: c(setup.params, setup.src, setup.row_ids)[0]
-                     .block_until_ready())  # fmt: skip
+        calls.append(
+            lambda c=compiled: c(setup.params, setup.src, setup.row_ids)[0].block_until_ready()
+        )
     return calls
 
 
@@ -115,12 +119,21 @@ def main(_argv) -> None:
         raise UserError("--config is required (configs/bench_base.py)")
     unknown = sorted(set(FLAGS.modes) - set(common.DECODE_MODES))
     if unknown or FLAGS.rounds < 1:
-        raise UserError(f"--modes: unknown {unknown} (valid: {', '.join(common.DECODE_MODES)}) "
-                        "or --rounds < 1")  # fmt: skip
+        raise UserError(
+            f"--modes: unknown {unknown} (valid: {', '.join(common.DECODE_MODES)}) or --rounds < 1"
+        )
     arms = parse_arms(FLAGS.arms, {f.name for f in dataclasses.fields(DecodeSettings)})
-    common.emit("setup", 0, "-", "decode_ab", FLAGS.json, cpus=os.cpu_count(),
-                loadavg_1m=round(os.getloadavg()[0], 2), rounds=FLAGS.rounds,
-                arms=[arm_label(a) for a in arms])  # fmt: skip
+    common.emit(
+        "setup",
+        0,
+        "-",
+        "decode_ab",
+        FLAGS.json,
+        cpus=os.cpu_count(),
+        loadavg_1m=round(os.getloadavg()[0], 2),
+        rounds=FLAGS.rounds,
+        arms=[arm_label(a) for a in arms],
+    )
     for mode in FLAGS.modes:
         calls = build_calls(config, mode, FLAGS.decode_len, arms)
         outputs = [np.asarray(call()) for call in calls]
@@ -129,11 +142,25 @@ def main(_argv) -> None:
             median = float(np.median(seconds))
             medians.append(median)
             label = arm_label(arms[i])
-            common.emit("decode_ab_call_s", median, "s", mode, FLAGS.json, arm=label,
-                        **common.spread(seconds))  # fmt: skip
+            common.emit(
+                "decode_ab_call_s",
+                median,
+                "s",
+                mode,
+                FLAGS.json,
+                arm=label,
+                **common.spread(seconds),
+            )
             agree = float(np.mean(outputs[i] == outputs[0]))
-            common.emit("decode_ab_speedup", medians[0] / median, "x", mode, FLAGS.json,
-                        arm=label, tokens_agree=round(agree, 4))  # fmt: skip
+            common.emit(
+                "decode_ab_speedup",
+                medians[0] / median,
+                "x",
+                mode,
+                FLAGS.json,
+                arm=label,
+                tokens_agree=round(agree, 4),
+            )
     common.emit("loadavg_end", round(os.getloadavg()[0], 2), "-", "decode_ab", FLAGS.json)
 
 

@@ -27,8 +27,9 @@ class DecodeSetup:
         for these inputs; call it as fn(params, src, row_ids)."""
         from transformer.inference.translator import Translator
 
-        translator = Translator(self.graphdef, self.model_cfg, settings or self.settings,
-                                None, None)  # fmt: skip
+        translator = Translator(
+            self.graphdef, self.model_cfg, settings or self.settings, None, None
+        )
         return translator._translate_fn.lower(
             self.params, self.src, self.row_ids, max_out=self.length
         ).compile()
@@ -51,5 +52,6 @@ def decode_setup(config, mode: str, length: int) -> DecodeSetup:
     src = jnp.asarray(common.random_sources(1, rows, s_len, model_cfg.vocab_size, EOS_ID))
     forced = common.forced_length_overrides(mode, length, rows)
     settings = dataclasses.replace(validated.decode, **forced)
-    return DecodeSetup(graphdef, params, model_cfg, src, jnp.arange(rows, dtype=jnp.int32),
-                       settings, length)  # fmt: skip
+    return DecodeSetup(
+        graphdef, params, model_cfg, src, jnp.arange(rows, dtype=jnp.int32), settings, length
+    )

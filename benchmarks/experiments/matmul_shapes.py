@@ -69,8 +69,17 @@ SHAPES = {
     "train": [(4096, D, F), (4096, F, D), (4096, D, V)],
 }
 WEIGHT_BYTES = {"xla_int8": 1, "xla_bf16": 2}  # per weight; float32 (4) otherwise
-IMPLS = ("xla", "xla_1thread", "xla_nk", "xla_int8", "xla_bf16", "torch", "torch_1thread",
-         "torch_linear", "numpy")  # fmt: skip
+IMPLS = (
+    "xla",
+    "xla_1thread",
+    "xla_nk",
+    "xla_int8",
+    "xla_bf16",
+    "torch",
+    "torch_1thread",
+    "torch_linear",
+    "numpy",
+)
 WEIGHTS = ("cached", "streamed")
 STREAM_MIB = 256  # default ring of distinct weights: far past any last-level cache
 ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -134,8 +143,12 @@ def _products_fn(impl: str, x: np.ndarray, ws: list[np.ndarray]):
     elif impl == "xla_bf16":
         from transformer.model.decode_weights import projection
 
-        operands = [projection([jnp.asarray(w)], None, layout="in_out", dtype=jnp.float32,
-                               quantize="bfloat16") for w in ws]  # fmt: skip
+        operands = [
+            projection(
+                [jnp.asarray(w)], None, layout="in_out", dtype=jnp.float32, quantize="bfloat16"
+            )
+            for w in ws
+        ]
         products = jax.jit(lambda x, ops: [op(x, jnp.float32) for op in ops])
     elif impl == "xla_nk":
         operands = [jnp.asarray(np.ascontiguousarray(w.T)) for w in ws]  # [N, K]
@@ -147,8 +160,9 @@ def _products_fn(impl: str, x: np.ndarray, ws: list[np.ndarray]):
     return lambda: jax.block_until_ready(products(jx, operands))
 
 
-def _measure(impl: str, shapes: list[str], weights: list[str], repeats: int,
-             stream_mib: int) -> list[dict]:  # fmt: skip
+def _measure(
+    impl: str, shapes: list[str], weights: list[str], repeats: int, stream_mib: int
+) -> list[dict]:
     rows = []
     for placement in weights:
         for name in shapes:
@@ -160,10 +174,17 @@ def _measure(impl: str, shapes: list[str], weights: list[str], repeats: int,
                 seconds = call_s / copies  # one product
                 prefix = "matmul_gflops" if placement == "cached" else "matmul_streamed_gflops"
                 weight_bytes = k * n * WEIGHT_BYTES.get(impl, 4)
-                rows.append({"figure": f"{prefix}_{m}x{k}x{n}",
-                             "value": 2 * m * k * n / seconds / 1e9, "shape": name,
-                             "weights": placement, "median_s": seconds, "ring": copies,
-                             "weight_gbs": weight_bytes / seconds / 1e9})  # fmt: skip
+                rows.append(
+                    {
+                        "figure": f"{prefix}_{m}x{k}x{n}",
+                        "value": 2 * m * k * n / seconds / 1e9,
+                        "shape": name,
+                        "weights": placement,
+                        "median_s": seconds,
+                        "ring": copies,
+                        "weight_gbs": weight_bytes / seconds / 1e9,
+                    }
+                )
     return rows
 
 
@@ -177,8 +198,9 @@ def _memory_read_gbs(repeats: int, stream_mib: int) -> float:
     return stream_mib * 2**20 / seconds / 1e9
 
 
-def _measure_in_subprocess(shapes: list[str], weights: list[str], repeats: int,
-                           stream_mib: int) -> list[dict]:  # fmt: skip
+def _measure_in_subprocess(
+    shapes: list[str], weights: list[str], repeats: int, stream_mib: int
+) -> list[dict]:
     """xla_1thread: XLA's threading is fixed when the backend starts, so a fresh process."""
     env = dict(os.environ, XLA_FLAGS=ONE_THREAD_XLA, JAX_PLATFORMS="cpu")
     command = [sys.executable, "-m", __spec__.name, "--_rows_of=xla"]
@@ -196,9 +218,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--weights", default=",".join(WEIGHTS), help="cached and/or streamed")
-    parser.add_argument("--stream_mib", type=int, default=STREAM_MIB,
-                        help="MiB of distinct weights in the streamed ring (and the array "
-                        "memory_read_gbs sums)")  # fmt: skip
+    parser.add_argument(
+        "--stream_mib",
+        type=int,
+        default=STREAM_MIB,
+        help="MiB of distinct weights in the streamed ring (and the array memory_read_gbs sums)",
+    )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--_rows_of", help=argparse.SUPPRESS)  # internal: one impl's rows
@@ -209,20 +234,38 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     shapes, impls = args.shapes.split(","), args.impls.split(",")
     weights = args.weights.split(",")
-    bad = (sorted(set(shapes) - set(SHAPES)) + sorted(set(impls) - set(IMPLS))
-           + sorted(set(weights) - set(WEIGHTS)))  # fmt: skip
+    bad = (
+        sorted(set(shapes) - set(SHAPES))
+        + sorted(set(impls) - set(IMPLS))
+        + sorted(set(weights) - set(WEIGHTS))
+    )
     if bad or args.repeats < 1 or args.stream_mib < 1:
-        print(f"error: unknown shape/impl/weights {bad} or --repeats < 1; shapes: "
-              f"{list(SHAPES)}, impls: {list(IMPLS)}, weights: {list(WEIGHTS)}; --stream_mib >= 1",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: unknown shape/impl/weights {bad} or --repeats < 1; shapes: "
+            f"{list(SHAPES)}, impls: {list(IMPLS)}, weights: {list(WEIGHTS)}; --stream_mib >= 1",
+            file=sys.stderr,
+        )
         return 2
     if args._rows_of:
         print(json.dumps(_measure(args._rows_of, shapes, weights, args.repeats, args.stream_mib)))
         return 0
-    emit("setup", 0, "-", "matmul", args.json, cpus=os.cpu_count(),
-         loadavg_1m=round(os.getloadavg()[0], 2))  # fmt: skip
-    emit("memory_read_gbs", _memory_read_gbs(args.repeats, args.stream_mib), "GB/s", "xla",
-         args.json, bytes=args.stream_mib * 2**20)  # fmt: skip
+    emit(
+        "setup",
+        0,
+        "-",
+        "matmul",
+        args.json,
+        cpus=os.cpu_count(),
+        loadavg_1m=round(os.getloadavg()[0], 2),
+    )
+    emit(
+        "memory_read_gbs",
+        _memory_read_gbs(args.repeats, args.stream_mib),
+        "GB/s",
+        "xla",
+        args.json,
+        bytes=args.stream_mib * 2**20,
+    )
     for impl in impls:
         if impl == "xla_1thread":
             rows = _measure_in_subprocess(shapes, weights, args.repeats, args.stream_mib)

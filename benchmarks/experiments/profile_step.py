@@ -68,9 +68,12 @@ def build_step(config):
     graphdef, state = init_state(Transformer(model_cfg, rngs=nnx.Rngs(params=0)), optimizer)
     step = jax.jit(make_train_step(graphdef, optimizer, schedule, config.train), donate_argnums=0)
     batch = common.random_train_batch(
-        np.random.default_rng(0), int(config.train.batch_size), int(config.data.max_source_len),
-        int(config.data.max_target_len), model_cfg.vocab_size,
-    )  # fmt: skip
+        np.random.default_rng(0),
+        int(config.train.batch_size),
+        int(config.data.max_source_len),
+        int(config.data.max_target_len),
+        model_cfg.vocab_size,
+    )
     key = jax.random.key(0)
     compiled_text = step.lower(state, batch, key).compile().as_text()
     holder = {"state": state}
@@ -102,9 +105,11 @@ def op_table(hlo_text: str) -> dict[str, tuple[str, str, str, bool]]:
             computation = header.group(1)
             continue
         bodies.update(re.findall(r"body=%([\w.\-]+)", line))  # a while loop's body
-        for callees in re.findall(r"(?:calls|to_apply|branch_computations|true_computation|"
-                                  r"false_computation|body|condition)=(\{[^}]*\}|%[\w.\-]+)",
-                                  line):  # fmt: skip
+        for callees in re.findall(
+            r"(?:calls|to_apply|branch_computations|true_computation|"
+            r"false_computation|body|condition)=(\{[^}]*\}|%[\w.\-]+)",
+            line,
+        ):
             calls[computation].update(re.findall(r"%([\w.\-]+)", callees))
         match = re.match(r"\s*(?:ROOT )?%(\S+) = (\S+) (\w+)\(", line)  # not tuple-shaped
         if not match:
@@ -186,14 +191,27 @@ def print_json(step_ms: float, kinds, places, rows) -> None:
     for place, ms in places.most_common():
         print(json.dumps({"figure": "op_place_ms", "place": place, "value": ms}))
     for name, ms, shape, kind, op_name, looped in rows:
-        print(json.dumps({"figure": "op_ms", "op": name, "value": ms, "kind": kind,
-                          "shape": shape, "jax_op": op_name, "in_loop": looped}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "figure": "op_ms",
+                    "op": name,
+                    "value": ms,
+                    "kind": kind,
+                    "shape": shape,
+                    "jax_op": op_name,
+                    "in_loop": looped,
+                }
+            )
+        )
 
 
 def print_table(step_ms: float, kinds, places, rows) -> None:
     unit = "step" if FLAGS.what == "train" else f"{FLAGS.what} call ({FLAGS.decode_len} tokens)"
-    print(f"{unit}: {step_ms:.1f} ms (median of {FLAGS.steps} traced calls); trace in "
-          f"{FLAGS.trace_dir}")  # fmt: skip
+    print(
+        f"{unit}: {step_ms:.1f} ms (median of {FLAGS.steps} traced calls); trace in "
+        f"{FLAGS.trace_dir}"
+    )
     print(f"op time per call by kind (sum {sum(kinds.values()):.1f} ms):")
     for kind, ms in kinds.most_common():
         print(f"  {kind:<12} {ms:9.1f} ms  {100 * ms / max(step_ms, 1e-9):5.1f}% of the call")
@@ -207,8 +225,10 @@ def print_table(step_ms: float, kinds, places, rows) -> None:
         print(f"  {place:<16} {ms:9.1f} ms  {100 * ms / max(step_ms, 1e-9):5.1f}% of the call")
     print(f"slowest {len(rows)} ops (L: in a loop):")
     for name, ms, shape, kind, op_name, looped in rows:
-        print(f"  {ms:8.1f} ms  {kind:<11} {'L' if looped else ' '} {name:<28} {shape:<24} "
-              f"{op_name[-60:]}")  # fmt: skip
+        print(
+            f"  {ms:8.1f} ms  {kind:<11} {'L' if looped else ' '} {name:<28} {shape:<24} "
+            f"{op_name[-60:]}"
+        )
 
 
 if __name__ == "__main__":

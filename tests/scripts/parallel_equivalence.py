@@ -34,9 +34,15 @@ def batches(n, rows=8, length=12):
         tgt[:, rng.randint(4, length) :] = 0
         pos = np.broadcast_to(np.arange(length), (rows, length)).astype(np.int32)
         out.append(
-            dict(src=src, tgt=tgt, src_segments=(src != 0).astype(np.int32),
-                 tgt_segments=(tgt != 0).astype(np.int32), src_positions=pos, tgt_positions=pos)
-        )  # fmt: skip
+            dict(
+                src=src,
+                tgt=tgt,
+                src_segments=(src != 0).astype(np.int32),
+                tgt_segments=(tgt != 0).astype(np.int32),
+                src_positions=pos,
+                tgt_positions=pos,
+            )
+        )
     return out
 
 
@@ -48,8 +54,15 @@ def run(kind, fsdp, accum):
     # learning rate. A larger eps keeps the comparison about the parallel layouts.
     config.adam_eps = 1e-3
     optimizer, schedule = make_optimizer(config)
-    cfg = ModelConfig(vocab_size=40, d_model=16, num_heads=4, num_encoder_layers=1,
-                      num_decoder_layers=1, d_ff=32, dropout_rate=0.0)  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=40,
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_ff=32,
+        dropout_rate=0.0,
+    )
     graphdef, state = init_state(Transformer(cfg, rngs=nnx.Rngs(0)), optimizer)
     rng = jax.random.key(0)
     losses = []
@@ -71,8 +84,12 @@ def run(kind, fsdp, accum):
 
 
 # name: (parallelism, fsdp, grad_accum_steps)
-LAYOUTS = {"mesh": ("mesh", 1, 1), "mesh_fsdp2": ("mesh", 2, 1), "pmap": ("pmap", 1, 1),
-           "mesh_accum2": ("mesh", 1, 2)}  # fmt: skip
+LAYOUTS = {
+    "mesh": ("mesh", 1, 1),
+    "mesh_fsdp2": ("mesh", 2, 1),
+    "pmap": ("pmap", 1, 1),
+    "mesh_accum2": ("mesh", 1, 2),
+}
 
 
 def main():
@@ -82,8 +99,9 @@ def main():
     result = {}
     for name in names:
         losses, params = run(*LAYOUTS[name])
-        diffs = jax.tree.map(lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))),
-                             params, ref_params)  # fmt: skip
+        diffs = jax.tree.map(
+            lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))), params, ref_params
+        )
         result[name] = {
             "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses, strict=True)),
             "param_diff": max(jax.tree.leaves(diffs)),

@@ -24,14 +24,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", default="latest", help="latest, best or a step")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--input", default=None, help="source sentences for heatmaps (a file)")
-    parser.add_argument("--heatmap_sentences", type=int, default=2,
-                        help="without --input: heatmaps of this many split sentences")  # fmt: skip
+    parser.add_argument(
+        "--heatmap_sentences",
+        type=int,
+        default=2,
+        help="without --input: heatmaps of this many split sentences",
+    )
     parser.add_argument("--split", default="valid", help="split for the statistics")
     parser.add_argument("--num_sentences", type=int, default=100, help="statistics sample")
     parser.add_argument("--batch_size", type=int, default=32, help="sentences per batch")
     parser.add_argument("--bleu_sentences", type=int, default=50, help="greedy BLEU sample")
-    parser.add_argument("--bleu_heads", type=int, default=3,
-                        help="BLEU change for the N most important heads (-1: all)")  # fmt: skip
+    parser.add_argument(
+        "--bleu_heads",
+        type=int,
+        default=3,
+        help="BLEU change for the N most important heads (-1: all)",
+    )
     parser.add_argument("--mask_heads", default=None, help="e.g. 'encoder:0:1,cross:1:3'")
     args = parser.parse_args(argv)
     demote_routine_notices()

@@ -32,9 +32,11 @@ def _main(argv):
     from transformer.inference.streaming import translate_stream
 
     run = restore_run(
-        FLAGS.workdir, checkpoint=FLAGS.checkpoint, average_last=FLAGS.average_last,
+        FLAGS.workdir,
+        checkpoint=FLAGS.checkpoint,
+        average_last=FLAGS.average_last,
         overrides=config_override_args(argv),
-    )  # fmt: skip
+    )
     stats = translate_stream(run, FLAGS.input, FLAGS.output)
     message = f"translated {stats['lines']} lines"
     if stats["truncated"]:

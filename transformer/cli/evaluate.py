@@ -50,12 +50,19 @@ def _main(argv):
     from transformer.evaluation.evaluator import evaluate
 
     result = evaluate(
-        FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split, src=FLAGS.src,
-        ref=FLAGS.ref, average_last=FLAGS.average_last, overrides=config_override_args(argv),
-        name=FLAGS.name, longer_than=FLAGS.longer_than, buckets=FLAGS.length_buckets or None,
+        FLAGS.workdir,
+        checkpoint=FLAGS.checkpoint,
+        split=FLAGS.split,
+        src=FLAGS.src,
+        ref=FLAGS.ref,
+        average_last=FLAGS.average_last,
+        overrides=config_override_args(argv),
+        name=FLAGS.name,
+        longer_than=FLAGS.longer_than,
+        buckets=FLAGS.length_buckets or None,
         score_references=FLAGS.score_references,
         command=" ".join(["python", *(shlex.quote(a) for a in sys.argv)]),
-    )  # fmt: skip
+    )
     record = result.record
     print(result.scores.bleu_line())
     print(result.scores.chrf_line())
@@ -68,8 +75,10 @@ def _main(argv):
             print(f"{head} sentences (nothing to score)")
     if "reference_scores" in record:
         ref = record["reference_scores"]
-        print(f"references: {ref['nll_per_token']:.4f} NLL per token, perplexity "
-              f"{ref['perplexity']:.2f} over {ref['tokens']} tokens")  # fmt: skip
+        print(
+            f"references: {ref['nll_per_token']:.4f} NLL per token, perplexity "
+            f"{ref['perplexity']:.2f} over {ref['tokens']} tokens"
+        )
     if "length_buckets" in record:
         texts = ", ".join(_bucket_text(b) for b in record["length_buckets"])
         print(f"BLEU by source tokens (sentences): {texts}", file=sys.stderr)

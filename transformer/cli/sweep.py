@@ -34,14 +34,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="transformer-sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="sweep config file (configs/sweeps/*.py)")
     parser.add_argument("--workdir", required=True, help="sweep directory")
-    parser.add_argument("--only", action="append", default=None,
-                        help="run only this variant (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--only", action="append", default=None, help="run only this variant (repeatable)"
+    )
     parser.add_argument("--dry_run", action="store_true", help="print the plan and exit")
     parser.add_argument("--report_only", action="store_true", help="only rebuild the results")
     parser.add_argument("--parallel", type=int, default=None, help="override the config's")
     parser.add_argument("--retry_failed", action="store_true", help="rerun failed/diverged runs")
-    parser.add_argument("--poll_s", type=float, default=DEFAULT_POLL_S,
-                        help="seconds between progress checks")  # fmt: skip
+    parser.add_argument(
+        "--poll_s", type=float, default=DEFAULT_POLL_S, help="seconds between progress checks"
+    )
     parser.add_argument(
         "--executor",
         choices=("local", "ray"),
@@ -55,11 +57,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--cpus_per_run", type=float, default=1, help="Ray: CPUs each run asks")
     parser.add_argument("--gpus_per_run", type=float, default=0, help="Ray: GPUs each run asks")
-    parser.add_argument("--readme", help="also put results.md into this README, between the "
-                        "section's markers <!-- report:SECTION:start/end -->")  # fmt: skip
+    parser.add_argument(
+        "--readme",
+        help="also put results.md into this README, between the "
+        "section's markers <!-- report:SECTION:start/end -->",
+    )
     parser.add_argument("--section", default="Sweep", help="README marker section name")
-    parser.add_argument("--references", help="the eval split's reference file, for run "
-                        "directories kept without eval/<split>.ref.txt")  # fmt: skip
+    parser.add_argument(
+        "--references",
+        help="the eval split's reference file, for run "
+        "directories kept without eval/<split>.ref.txt",
+    )
     parser.add_argument(
         "--plan",
         type=float,
@@ -74,10 +82,12 @@ def _print_plan(sweep: Sweep, runs: list[Run]) -> None:
     """--dry_run: each run's state and the commands that would train and evaluate it."""
     for i, run in enumerate(runs, 1):
         state = (
-            f"invalid config: {run.config_error}" if run.config_error
-            else "finished, skip" if is_finished(run)
+            f"invalid config: {run.config_error}"
+            if run.config_error
+            else "finished, skip"
+            if is_finished(run)
             else read_status(run).get("status", "to run")
-        )  # fmt: skip
+        )
         print(f"[{i}/{len(runs)}] {run.label} ({state})")
         if not run.config_error:
             print("    " + " ".join(run.train_command()[1:]))
@@ -140,13 +150,17 @@ def _print_study_plan(sweep: Sweep, runs: list[Run], gap: float) -> None:
 
 def _update_readme(args: argparse.Namespace) -> None:
     """Puts results.md into --readme, headed by the command that rebuilds it."""
-    command = (f"transformer-sweep --config {args.config} --workdir "
-               f"{args.workdir} --report_only --readme {args.readme}")  # fmt: skip
+    command = (
+        f"transformer-sweep --config {args.config} --workdir "
+        f"{args.workdir} --report_only --readme {args.readme}"
+    )
     if args.section != "Sweep":
         command += f" --section {args.section}"
     changed = update_readme(args.readme, args.section, readme_block(args.workdir, command))
-    print(f"{'updated' if changed else 'unchanged'}: {args.readme} section "
-          f"{args.section!r}", flush=True)  # fmt: skip
+    print(
+        f"{'updated' if changed else 'unchanged'}: {args.readme} section {args.section!r}",
+        flush=True,
+    )
 
 
 def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> None:
@@ -154,8 +168,11 @@ def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> 
         runs = _run_sweep(args, sweep, args.parallel or sweep.parallel)
     write_report(sweep, runs, args.workdir)
     grid = ", lr_grid.csv, lr_valid_loss.png" if sweep.lr_grid else ""
-    print(f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "
-          f"valid_loss.png, bleu.png, length_bleu.png{grid})", flush=True)  # fmt: skip
+    print(
+        f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "
+        f"valid_loss.png, bleu.png, length_bleu.png{grid})",
+        flush=True,
+    )
     if args.readme:
         _update_readme(args)
 

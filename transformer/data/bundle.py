@@ -63,8 +63,9 @@ class DataBundle:
       ``row_multiple``, ``shard_index``, ``shard_count``: as given to `make_datasets`.
     """
 
-    def __init__(self, config, workdir, src_tok, tgt_tok, layout, *, row_multiple, shard_index,
-                 shard_count):  # fmt: skip
+    def __init__(
+        self, config, workdir, src_tok, tgt_tok, layout, *, row_multiple, shard_index, shard_count
+    ):
         self.config = config
         self.workdir = workdir
         self.source_tokenizer = src_tok
@@ -130,12 +131,18 @@ class DataBundle:
         stream = ids.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
         layout = self.layout
         check = {
-            "layout": [layout.batching, layout.max_source_len, layout.max_target_len,
-                       layout.batch_rows, layout.batch_tokens, layout.row_divisor],
+            "layout": [
+                layout.batching,
+                layout.max_source_len,
+                layout.max_target_len,
+                layout.batch_rows,
+                layout.batch_tokens,
+                layout.row_divisor,
+            ],
             "num_kept": int(kept.size),
             "seed": seed,
             "num_epochs": num_epochs,
-        }  # fmt: skip
+        }
         ds = batch_stream(
             stream,
             self.train_tokens,

@@ -106,10 +106,8 @@ class EvalSplit:
         for r, i in enumerate(self.batch_indices(k)):
             if i < 0:
                 break
-            fill_row(out["src"], out["src_segments"], out["src_positions"], r,
-                      [self.src_ids[i]])  # fmt: skip
-            fill_row(out["tgt"], out["tgt_segments"], out["tgt_positions"], r,
-                      [self.tgt_ids[i]])  # fmt: skip
+            fill_row(out["src"], out["src_segments"], out["src_positions"], r, [self.src_ids[i]])
+            fill_row(out["tgt"], out["tgt_segments"], out["tgt_positions"], r, [self.tgt_ids[i]])
         return out
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:

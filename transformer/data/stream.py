@@ -157,8 +157,18 @@ class _Materialize:
         batch = empty_batch(rows, s_len, t_len)
         tok = self.tokens
         for r, ids in enumerate(mine):
-            fill_row(batch["src"], batch["src_segments"], batch["src_positions"], r,
-                      [tok.src(i) for i in ids])  # fmt: skip
-            fill_row(batch["tgt"], batch["tgt_segments"], batch["tgt_positions"], r,
-                      [tok.tgt(i) for i in ids])  # fmt: skip
+            fill_row(
+                batch["src"],
+                batch["src_segments"],
+                batch["src_positions"],
+                r,
+                [tok.src(i) for i in ids],
+            )
+            fill_row(
+                batch["tgt"],
+                batch["tgt_segments"],
+                batch["tgt_positions"],
+                r,
+                [tok.tgt(i) for i in ids],
+            )
         return batch

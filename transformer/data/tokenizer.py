@@ -28,11 +28,21 @@ VOCAB_DIR = "vocab"
 _MAX_SENTENCE_BYTES = 1 << 14
 # The fixed special pieces; every sentence in its given order; a soft vocabulary size.
 _TRAINER_OPTIONS = dict(
-    pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-    pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
-    character_coverage=1.0, hard_vocab_limit=False, input_sentence_size=0,
-    shuffle_input_sentence=False, max_sentence_length=_MAX_SENTENCE_BYTES, minloglevel=2,
-)  # fmt: skip
+    pad_id=PAD_ID,
+    unk_id=UNK_ID,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    pad_piece="<pad>",
+    unk_piece="<unk>",
+    bos_piece="<s>",
+    eos_piece="</s>",
+    character_coverage=1.0,
+    hard_vocab_limit=False,
+    input_sentence_size=0,
+    shuffle_input_sentence=False,
+    max_sentence_length=_MAX_SENTENCE_BYTES,
+    minloglevel=2,
+)
 
 
 class Tokenizer:

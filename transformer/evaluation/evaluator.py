@@ -113,9 +113,15 @@ def _sentences(run: RestoredRun, split: str, src: str | None, ref: str | None, n
 
 
 def _record(
-    run: RestoredRun, workdir: str, name: str, split_name: str, scores, translations,
-    sentences: int, elapsed: float,
-) -> dict:  # fmt: skip
+    run: RestoredRun,
+    workdir: str,
+    name: str,
+    split_name: str,
+    scores,
+    translations,
+    sentences: int,
+    elapsed: float,
+) -> dict:
     """The eval JSON: scores with their signatures, the checkpoint(s), decode settings, speed
     (`sentences` translated in `elapsed` seconds) and where it ran."""
     return {
@@ -141,8 +147,10 @@ def _record(
 def _score_references(run, sources, references, out_dir: str, name: str) -> dict:
     """Writes one `log_prob<TAB>tokens<TAB>nll_per_token` line per reference; the summary."""
     scored = reference_scores.score_references(run, sources, references)
-    lines = [f"{lp:.6f}\t{n}\t{-lp / n:.6f}" for lp, n in zip(scored.log_probs, scored.tokens,
-                                                              strict=True)]  # fmt: skip
+    lines = [
+        f"{lp:.6f}\t{n}\t{-lp / n:.6f}"
+        for lp, n in zip(scored.log_probs, scored.tokens, strict=True)
+    ]
     metrics_lib.write_lines(os.path.join(out_dir, f"{name}.ref_scores.txt"), lines)
     return scored.summary()
 

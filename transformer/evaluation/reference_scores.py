@@ -32,9 +32,13 @@ class ReferenceScores:
         return -sum(self.log_probs) / sum(self.tokens)
 
     def summary(self) -> dict:
-        return {"sentences": len(self.tokens), "tokens": int(sum(self.tokens)),
-                "nll_per_token": self.nll_per_token, "perplexity": math.exp(self.nll_per_token),
-                "truncated_references": self.truncated}  # fmt: skip
+        return {
+            "sentences": len(self.tokens),
+            "tokens": int(sum(self.tokens)),
+            "nll_per_token": self.nll_per_token,
+            "perplexity": math.exp(self.nll_per_token),
+            "truncated_references": self.truncated,
+        }
 
 
 @functools.lru_cache(maxsize=8)
@@ -47,8 +51,9 @@ def score_ids(graphdef, params, src_ids, tgt_ids, *, batch_size: int, length_mul
     log_probs, tokens = np.zeros(len(src_ids)), np.zeros(len(src_ids), np.int64)
     for start in range(0, len(src_ids), batch_size):
         rows = range(start, min(start + batch_size, len(src_ids)))
-        batch = _pair_batch([src_ids[i] for i in rows], [tgt_ids[i] for i in rows], batch_size,
-                            length_multiple)  # fmt: skip
+        batch = _pair_batch(
+            [src_ids[i] for i in rows], [tgt_ids[i] for i in rows], batch_size, length_multiple
+        )
         lp, count = jax.device_get(_compiled(graphdef)(params, batch))
         log_probs[start : rows.stop] = lp[: len(rows)]
         tokens[start : rows.stop] = count[: len(rows)]
@@ -63,8 +68,11 @@ def _pair_batch(src_ids, tgt_ids, rows: int, multiple: int) -> dict:
 
     batch = source_batch(src_ids, rows, width(src_ids))
     target = source_batch(tgt_ids, rows, width(tgt_ids))
-    batch.update(tgt=target["src"], tgt_segments=target["src_segments"],
-                 tgt_positions=target["src_positions"])  # fmt: skip
+    batch.update(
+        tgt=target["src"],
+        tgt_segments=target["src_segments"],
+        tgt_positions=target["src_positions"],
+    )
     return batch
 
 
@@ -73,6 +81,7 @@ def score_references(run, sources: Sequence[str], references: Sequence[str]) -> 
     max_len = run.model_cfg.max_len
     src_ids, _ = tokenize_sources(sources, run.data.source_tokenizer, max_len)
     tgt_ids, truncated = tokenize_sources(references, run.data.target_tokenizer, max_len)
-    log_probs, tokens = score_ids(run.graphdef, run.params, src_ids, tgt_ids,
-                                  batch_size=run.translator.settings.batch_size)  # fmt: skip
+    log_probs, tokens = score_ids(
+        run.graphdef, run.params, src_ids, tgt_ids, batch_size=run.translator.settings.batch_size
+    )
     return ReferenceScores(log_probs, tokens, truncated)

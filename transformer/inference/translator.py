@@ -179,8 +179,9 @@ class Translator:
         # The decoder loop's weights in the layout its row count multiplies fastest (int8 or
         # bfloat16 if asked); the encoder and the cross-attention keys/values above have
         # bfloat16 copies with encoder_quantize, else use the parameters.
-        rows = src.shape[0] * (s.beam_size if s.strategy == "beam" else s.num_samples
-                               if s.strategy == "sample" else 1)  # fmt: skip
+        rows = src.shape[0] * (
+            s.beam_size if s.strategy == "beam" else s.num_samples if s.strategy == "sample" else 1
+        )
         prepare_decoder(model, layout=resolve_layout(s.weight_layout, rows), quantize=s.quantize)
         src_len = jnp.sum(src_segments, axis=1)
         max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)  # [B]

@@ -51,8 +51,12 @@ class Projection:
         if self.layout == "int8":
             y = int8_matmul(x, self.kernel, self.scale).astype(dtype)
         elif self.layout == "out_in":
-            y = jnp.einsum("...k,nk->...n", x.astype(self.kernel.dtype), self.kernel,
-                           preferred_element_type=dtype)  # fmt: skip
+            y = jnp.einsum(
+                "...k,nk->...n",
+                x.astype(self.kernel.dtype),
+                self.kernel,
+                preferred_element_type=dtype,
+            )
         else:
             y = jnp.dot(x.astype(self.kernel.dtype), self.kernel, preferred_element_type=dtype)
         if self.bias is not None:
@@ -76,8 +80,13 @@ def projection(kernels: list[jax.Array], biases: list | None, *, layout: str, dt
 def _copy_of(denses, *, layout: str, quantize: str, dtype=None) -> Projection:
     """One Projection of Dense layers side by side, computing in `dtype` (default: theirs)."""
     biases = None if denses[0].bias is None else [d.bias[...] for d in denses]
-    return projection([d.kernel[...] for d in denses], biases, layout=layout,
-                      dtype=dtype or denses[0].dtype, quantize=quantize)  # fmt: skip
+    return projection(
+        [d.kernel[...] for d in denses],
+        biases,
+        layout=layout,
+        dtype=dtype or denses[0].dtype,
+        quantize=quantize,
+    )
 
 
 def resolve_layout(layout: str, rows: int) -> str:
@@ -115,8 +124,9 @@ def prepare_decoder(model, *, layout: str, quantize: str = "none") -> None:
         return
     table = model.target_embedding.embedding[...]  # [V, d]: already the out_in layout
     if quantize != "none" or layout == "in_out":
-        model.decode_output = projection([table.T], None, layout=layout, dtype=jnp.float32,
-                                         quantize=quantize)  # fmt: skip
+        model.decode_output = projection(
+            [table.T], None, layout=layout, dtype=jnp.float32, quantize=quantize
+        )
     else:
         model.decode_output = Projection(table, None, None, "out_in")
 
@@ -132,8 +142,11 @@ def prepare_encoder(model, *, quantize: str) -> None:
     if quantize == "none":
         return
     modules = [m for layer in model.encoder_layers for _, m in nnx.iter_modules(layer)]
-    modules += [d for layer in model.decoder_layers
-                for d in (layer.cross_attention.key, layer.cross_attention.value)]  # fmt: skip
+    modules += [
+        d
+        for layer in model.decoder_layers
+        for d in (layer.cross_attention.key, layer.cross_attention.value)
+    ]
     for module in modules:
         if isinstance(module, Dense):
             module.decode_projection = _copy_of([module], layout="in_out", quantize=quantize)

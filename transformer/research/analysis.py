@@ -141,9 +141,14 @@ def analyze(
     translation = _GreedyTranslation(
         run, batch_size, list(sample.sources[:n_bleu]), list(sample.targets[:n_bleu])
     )
-    report: dict = {"workdir": workdir, "step": run.step, "split": split,
-                    "num_sentences": len(sample.sources), "thresholds": THRESHOLDS,
-                    "statistics": STATISTICS}  # fmt: skip
+    report: dict = {
+        "workdir": workdir,
+        "step": run.step,
+        "split": split,
+        "num_sentences": len(sample.sources),
+        "thresholds": THRESHOLDS,
+        "statistics": STATISTICS,
+    }
     lines = (
         [ln for ln in metrics_lib.read_lines(input_path) if ln.strip()]
         if input_path
@@ -177,11 +182,15 @@ def _heatmaps(run, translation: _GreedyTranslation, lines: list[str], out: str) 
         )
         attention = {k: [np.asarray(p[0]) for p in v] for k, v in attention.items()}
         paths = plot_sentence(
-            os.path.join(out, f"sentence{i}"), attention, token_pieces(src_tok, src_ids),
-            token_pieces(tgt_tok, tgt_in), cfg.num_heads,
-        )  # fmt: skip
-        sentences.append({"source": line, "translation": tgt_tok.detokenize(list(output[0])),
-                          "pngs": paths})  # fmt: skip
+            os.path.join(out, f"sentence{i}"),
+            attention,
+            token_pieces(src_tok, src_ids),
+            token_pieces(tgt_tok, tgt_in),
+            cfg.num_heads,
+        )
+        sentences.append(
+            {"source": line, "translation": tgt_tok.detokenize(list(output[0])), "pngs": paths}
+        )
         print(f"sentence {i}: {len(paths)} heatmaps in {os.path.dirname(paths[0])}", flush=True)
     return sentences
 
@@ -197,8 +206,9 @@ def _head_statistics(
     for kind, values in importance.items():
         per_head.setdefault(kind, {})["importance"] = values
     base_bleu = translation.bleu()
-    candidates = [(k, layer, head) for k, v in importance.items()
-                  for layer, head in np.ndindex(v.shape)]  # fmt: skip
+    candidates = [
+        (k, layer, head) for k, v in importance.items() for layer, head in np.ndindex(v.shape)
+    ]
     ranked = sorted(candidates, key=lambda x: -importance[x[0]][x[1], x[2]])
     top = ranked if bleu_heads < 0 else ranked[:bleu_heads]
     bleu_delta = {}
@@ -212,7 +222,7 @@ def _head_statistics(
             "tokens": base.tokens,
             "bleu": base_bleu,
             "bleu_sentences": len(translation.sources),
-        },  # fmt: skip
+        },
         "heads": _head_rows(per_head, bleu_delta, flags),
         "flagged": flags,
         "stats_pngs": plot_statistics(out, per_head),
@@ -253,10 +263,13 @@ def _mask_heads(
     print(
         f"masking {', '.join(report['heads'])}: loss {base_loss:.4f} -> {result.loss:.4f} "
         f"({report['loss_delta']:+.4f})"
-        + (f", BLEU {base_bleu:.2f} -> {m_bleu:.2f} ({report['bleu_delta']:+.2f})"
-           if m_bleu is not None else ""),
+        + (
+            f", BLEU {base_bleu:.2f} -> {m_bleu:.2f} ({report['bleu_delta']:+.2f})"
+            if m_bleu is not None
+            else ""
+        ),
         flush=True,
-    )  # fmt: skip
+    )
     return report
 
 
@@ -281,7 +294,9 @@ def _print_summary(report: dict) -> None:
     top = sorted(report["heads"], key=lambda h: -(h["importance"] or 0))[:5]
     for h in top:
         delta = "" if h["bleu_delta"] is None else f", BLEU {h['bleu_delta']:+.2f}"
-        print(f"  {h['kind']}:{h['layer']}:{h['head']} importance {h['importance']:+.4f}{delta}"
-              f" entropy {h['entropy']:.2f} {' '.join(h['flags'])}")  # fmt: skip
+        print(
+            f"  {h['kind']}:{h['layer']}:{h['head']} importance {h['importance']:+.4f}{delta}"
+            f" entropy {h['entropy']:.2f} {' '.join(h['flags'])}"
+        )
     for flag, names in report["flagged"].items():
         print(f"{flag} heads ({len(names)}): {', '.join(names) or '-'}")

@@ -29,8 +29,9 @@ def token_pieces(tok, ids) -> list[str]:
 
 
 def _heatmap(ax, matrix, rows, cols, title, *, fontsize=7):
-    ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(float(np.max(matrix)), 1e-6),
-              aspect="auto")  # fmt: skip
+    ax.imshow(
+        matrix, cmap="viridis", vmin=0.0, vmax=max(float(np.max(matrix)), 1e-6), aspect="auto"
+    )
     ax.set_title(title, fontsize=fontsize + 2)
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=fontsize)
     ax.set_yticks(range(len(rows)), rows, fontsize=fontsize)

@@ -187,8 +187,11 @@ def render(results: Sequence[dict]) -> str:
         if isinstance(longer, dict) and _is_number(longer.get("bleu")):
             # eval.py --longer_than: the same translations scored on the long sources only.
             subset = f"{r['split']}, source > {longer.get('source_tokens_over')} tokens"
-            row[2:5] = [f"{subset} ({longer.get('sentences')} sent.)",
-                        format_score(longer["bleu"]), format_score(longer.get("chrf"))]  # fmt: skip
+            row[2:5] = [
+                f"{subset} ({longer.get('sentences')} sent.)",
+                format_score(longer["bleu"]),
+                format_score(longer.get("chrf")),
+            ]
             lines.append("| " + " | ".join(_cell(x) for x in row) + " |")
 
     signatures: list[str] = []

@@ -47,13 +47,20 @@ def bucket_scores(
     bounds = list(zip((1, *(e + 1 for e in edges)), (*edges, None), strict=True))
     buckets = []
     for low, high in bounds:
-        members = [i for i, n in enumerate(source_lengths)
-                   if n >= low and (high is None or n <= high)]  # fmt: skip
-        bucket = {"min_tokens": low, "max_tokens": high, "sentences": len(members),
-                  "bleu": None, "chrf": None}  # fmt: skip
+        members = [
+            i for i, n in enumerate(source_lengths) if n >= low and (high is None or n <= high)
+        ]
+        bucket = {
+            "min_tokens": low,
+            "max_tokens": high,
+            "sentences": len(members),
+            "bleu": None,
+            "chrf": None,
+        }
         if members:
-            scores = metrics.score([hypotheses[i] for i in members],
-                                   [references[i] for i in members])  # fmt: skip
+            scores = metrics.score(
+                [hypotheses[i] for i in members], [references[i] for i in members]
+            )
             bucket.update(bleu=scores.bleu, chrf=scores.chrf)
         buckets.append(bucket)
     return buckets

@@ -65,8 +65,11 @@ def _paired_test(baseline, system, references, samples: int, seed: int) -> dict:
     try:
         test = PairedTest(
             [("baseline", list(baseline)), ("system", list(system))],
-            sacrebleu_metrics(), [list(references)], test_type="bs", n_samples=samples,
-        )  # fmt: skip
+            sacrebleu_metrics(),
+            [list(references)],
+            test_type="bs",
+            n_samples=samples,
+        )
         _, scores = test()
     finally:
         if previous is None:
@@ -80,8 +83,9 @@ def _paired_test(baseline, system, references, samples: int, seed: int) -> dict:
 
 def resampled_scores(hypotheses, references, metric, indices: np.ndarray) -> np.ndarray:
     """[samples] scores of `hypotheses` on each resample (rows of indices [samples, n])."""
-    stats = np.array(metric._extract_corpus_statistics(list(hypotheses), [list(references)]),
-                     dtype="float32")  # fmt: skip
+    stats = np.array(
+        metric._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype="float32"
+    )
     return np.array([metric._compute_score_from_stats(s.sum(0)).score for s in stats[indices]])
 
 
@@ -113,10 +117,15 @@ def paired_bootstrap(
         )
         low, high = np.percentile(diffs, [2.5, 97.5])
         out[name] = PairedDifference(
-            metric=name, baseline=base_score, system=results[name].score,
-            difference=results[name].score - base_score, interval=(float(low), float(high)),
-            p_value=float(results[name].p_value), samples=samples, seed=seed,
-        )  # fmt: skip
+            metric=name,
+            baseline=base_score,
+            system=results[name].score,
+            difference=results[name].score - base_score,
+            interval=(float(low), float(high)),
+            p_value=float(results[name].p_value),
+            samples=samples,
+            seed=seed,
+        )
     return out
 
 

@@ -178,12 +178,15 @@ def _shape_differences(state_dir: str, abstract_state: Any, limit: int = 3) -> s
         stored = {m.name: tuple(m.shape) for m in jax.tree.leaves(stored) if hasattr(m, "name")}
     except Exception:  # noqa: BLE001 - only a better message is at stake
         return ""
-    wanted = {_leaf_name(path): tuple(leaf.shape)
-              for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)}  # fmt: skip
+    wanted = {
+        _leaf_name(path): tuple(leaf.shape)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)
+    }
     params = sorted(name for name in wanted.keys() | stored.keys() if name.startswith("params."))
     differ = [n for n in params if n in wanted and n in stored and wanted[n] != stored[n]]
-    parts = [f"{n[len('params.'):]}: checkpoint {stored[n]}, config {wanted[n]}"
-             for n in differ[:limit]]  # fmt: skip
+    parts = [
+        f"{n[len('params.') :]}: checkpoint {stored[n]}, config {wanted[n]}" for n in differ[:limit]
+    ]
     if len(differ) > limit:
         parts.append(f"{len(differ) - limit} more shapes differ")
     only_stored = [n for n in params if n not in wanted]

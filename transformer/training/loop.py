@@ -116,11 +116,16 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
     model = build_train_model(model_cfg, t)
     graphdef, state = init_state(model, optimizer)
     run = _Run(
-        config, workdir, model_cfg, settings.decode, parallel, data,
+        config,
+        workdir,
+        model_cfg,
+        settings.decode,
+        parallel,
+        data,
         checkpoints=Checkpointer(workdir, keep=t.keep_checkpoints),
         logger=MetricsLogger(workdir, enabled=is_main, total_steps=t.num_steps),
         train_iter=data.train_iterator(),
-    )  # fmt: skip
+    )
     state, start = _restore_or_init(run, model, state)
     del model
 
@@ -167,9 +172,12 @@ def _load_data(config, workdir: str, parallel: Parallel, is_main: bool) -> DataB
 
 def _make_datasets(config, workdir: str, parallel: Parallel) -> DataBundle:
     return make_datasets(
-        config, workdir, row_multiple=parallel.num_devices,
-        shard_index=jax.process_index(), shard_count=jax.process_count(),
-    )  # fmt: skip
+        config,
+        workdir,
+        row_multiple=parallel.num_devices,
+        shard_index=jax.process_index(),
+        shard_count=jax.process_count(),
+    )
 
 
 def _save_config(
@@ -211,8 +219,9 @@ def _restore(run: _Run, state: TrainState, step: int) -> TrainState:
         # across hosts is unsupported on CPU ("does not support cross-host transfers").
         target = jax.tree.map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-            target, run.parallel.state_shardings(target),
-        )  # fmt: skip
+            target,
+            run.parallel.state_shardings(target),
+        )
     restored, data_state, meta = run.checkpoints.restore(step, target)
     check_tokenizers(meta, run.data, f"{run.workdir}/checkpoints/{step}")
     state = TrainState(**restored)
@@ -231,8 +240,9 @@ def _log_new_run(run: _Run, model) -> None:
     run.logger.log_text(
         f"model: {n_params:,} parameters, {flops_per_token / 1e6:.1f} MFLOPs forward per "
         f"target token at {shape[0][1]}+{shape[1][1]} tokens",
-        params=n_params, flops_per_token=flops_per_token,
-    )  # fmt: skip
+        params=n_params,
+        flops_per_token=flops_per_token,
+    )
     run.logger.log_text(
         f"data: {stats.num_kept:,} of {stats.num_pairs:,} training pairs kept "
         f"({stats.num_dropped_long:,} longer than the length limits, "
@@ -354,8 +364,12 @@ def _validate(run: _Run, steps: _Steps, state: TrainState, step: int) -> dict:
         translations = steps.translator.translate(params, list(split.sources[:n]))
         elapsed = time.perf_counter() - began
         scores = metrics_lib.score(translations.best, list(split.targets[:n]))
-        result.update(bleu=scores.bleu, chrf=scores.chrf, bleu_sentences=n,
-                      sentences_per_s=n / max(elapsed, 1e-9))  # fmt: skip
+        result.update(
+            bleu=scores.bleu,
+            chrf=scores.chrf,
+            bleu_sentences=n,
+            sentences_per_s=n / max(elapsed, 1e-9),
+        )
     run.logger.log_eval(step, result)
     return result
 

@@ -198,9 +198,11 @@ def check_same_model(config, workdir: str) -> None:
         return
     saved = load(workdir).model
     # An unset model.vocab_size is resolved from the tokenizer later and compared then.
-    diffs = [f"{k}: {saved[k]!r} -> {config.model[k]!r}" for k in config.model
-             if saved.get(k) != config.model[k]
-             and not (k == "vocab_size" and config.model[k] is None)]  # fmt: skip
+    diffs = [
+        f"{k}: {saved[k]!r} -> {config.model[k]!r}"
+        for k in config.model
+        if saved.get(k) != config.model[k] and not (k == "vocab_size" and config.model[k] is None)
+    ]
     if diffs:
         raise UserError(
             f"the model config differs from the one {workdir} was trained with "

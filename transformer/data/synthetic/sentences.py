@@ -114,8 +114,16 @@ def _make_pp(rng: random.Random, preps: tuple[tuple[str, str, str, str], ...]) -
     return PP(en, de, case, _make_np(rng, tags, pron_p=0.15 if "p" in tags else 0.0))
 
 
-_FRAMES = (("acc", 34), ("ditr", 9), ("dat", 10), ("intr", 12), ("motion", 13),
-           ("wait", 4), ("pred", 12), ("say", 6))  # fmt: skip
+_FRAMES = (
+    ("acc", 34),
+    ("ditr", 9),
+    ("dat", 10),
+    ("intr", 12),
+    ("motion", 13),
+    ("wait", 4),
+    ("pred", 12),
+    ("say", 6),
+)
 
 
 def _make_clause(

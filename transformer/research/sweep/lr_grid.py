@@ -149,15 +149,20 @@ def _check_scales(values, path: str) -> list[float]:
     except (TypeError, ValueError):
         raise UserError(f"{path}: lr_grid scales must be numbers, got {values!r}") from None
     if not MIN_POINTS <= len(scales) <= MAX_POINTS or len(set(scales)) != len(scales):
-        raise UserError(f"{path}: lr_grid needs {MIN_POINTS}-{MAX_POINTS} distinct scales, "
-                        f"got {values!r}")  # fmt: skip
+        raise UserError(
+            f"{path}: lr_grid needs {MIN_POINTS}-{MAX_POINTS} distinct scales, got {values!r}"
+        )
     if scales[0] <= 0 or 1.0 not in scales:
-        raise UserError(f"{path}: lr_grid scales must be positive and include 1.0 (the "
-                        f"variant's own learning rate), got {values!r}")  # fmt: skip
+        raise UserError(
+            f"{path}: lr_grid scales must be positive and include 1.0 (the "
+            f"variant's own learning rate), got {values!r}"
+        )
     ratios = [b / a for a, b in zip(scales, scales[1:], strict=False)]
     if max(ratios) - min(ratios) > SPACING_TOLERANCE * max(ratios):
-        raise UserError(f"{path}: lr_grid scales must be log-spaced (one ratio between "
-                        f"neighbours, e.g. [0.5, 1, 2]), got {values!r}")  # fmt: skip
+        raise UserError(
+            f"{path}: lr_grid scales must be log-spaced (one ratio between "
+            f"neighbours, e.g. [0.5, 1, 2]), got {values!r}"
+        )
     return scales
 
 
@@ -272,8 +277,18 @@ def _next_scale(grid: LrGrid, scales: list[float], best: float) -> float | None:
     return None
 
 
-CSV_COLUMNS = ["variant", "lr_scale", "learning_rate", "runs", "done", "diverged",
-               "valid_loss_mean", "valid_loss_std", "bleu_mean", "chosen"]  # fmt: skip
+CSV_COLUMNS = [
+    "variant",
+    "lr_scale",
+    "learning_rate",
+    "runs",
+    "done",
+    "diverged",
+    "valid_loss_mean",
+    "valid_loss_std",
+    "bleu_mean",
+    "chosen",
+]
 NOTE = (
     "lr (best on valid): each grid variant at the multiple of its learning rate whose final "
     "validation loss, mean over its tuning seeds, is lowest (test BLEU plays no part); the "
@@ -295,8 +310,9 @@ def csv_rows(choices: Mapping[str, Choice]) -> list[dict]:
         for p in choice.points:
             row = dataclasses.asdict(p)
             row["lr_scale"] = row.pop("scale")
-            rows.append({"variant": name, **row,
-                         "chosen": choice.complete and p.scale == choice.scale})  # fmt: skip
+            rows.append(
+                {"variant": name, **row, "chosen": choice.complete and p.scale == choice.scale}
+            )
     return rows
 
 

@@ -29,8 +29,11 @@ def line_style(index: int) -> dict:
     """Colour, line style and marker of the index-th variant's line: past the ten colours
     the style and marker change, so that no two of up to 30 variants look alike."""
     turn = index // _COLOURS % len(_LINESTYLES)
-    return {"color": f"C{index % _COLOURS}", "linestyle": _LINESTYLES[turn],
-            "marker": _MARKERS[turn]}  # fmt: skip
+    return {
+        "color": f"C{index % _COLOURS}",
+        "linestyle": _LINESTYLES[turn],
+        "marker": _MARKERS[turn],
+    }
 
 
 def _save(plt, fig, ax, path: str) -> None:
@@ -118,12 +121,22 @@ def plot_lr_curves(choices, workdir: str) -> None:
         points = [p for p in choice.points if p.valid_loss_mean is not None and not p.diverged]
         if not points:
             continue
-        (line,) = ax.plot([p.learning_rate for p in points], [p.valid_loss_mean for p in points],
-                          marker="o", label=name)  # fmt: skip
+        (line,) = ax.plot(
+            [p.learning_rate for p in points],
+            [p.valid_loss_mean for p in points],
+            marker="o",
+            label=name,
+        )
         best = [p for p in points if choice.complete and p.scale == choice.scale]
         for p in best:
-            ax.plot([p.learning_rate], [p.valid_loss_mean], marker="o", markersize=12,
-                    markerfacecolor="none", color=line.get_color())  # fmt: skip
+            ax.plot(
+                [p.learning_rate],
+                [p.valid_loss_mean],
+                marker="o",
+                markersize=12,
+                markerfacecolor="none",
+                color=line.get_color(),
+            )
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("final validation loss (NLL), mean over seeds")

@@ -45,13 +45,23 @@ class Run:
         return f"variant={self.variant}{lr} seed={self.seed}"
 
     def train_command(self) -> list[str]:
-        args = [sys.executable, "-m", "transformer.cli.train", f"--config={self.base}",
-                f"--workdir={self.workdir}"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "transformer.cli.train",
+            f"--config={self.base}",
+            f"--workdir={self.workdir}",
+        ]
         return args + [f"--config.{k}={flag_value(v)}" for k, v in self.overrides.items()]
 
     def eval_command(self) -> list[str]:
-        args = [sys.executable, "-m", "transformer.cli.evaluate", f"--workdir={self.workdir}",
-                f"--split={self.eval_split}"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "transformer.cli.evaluate",
+            f"--workdir={self.workdir}",
+            f"--split={self.eval_split}",
+        ]
         if self.eval_longer_than is not None:
             args.append(f"--longer_than={self.eval_longer_than}")
         if self.eval_score_references:
@@ -155,8 +165,9 @@ def _is_valid_loss(row: dict) -> bool:
     return row.get("kind") == "eval" and row.get("split", "valid") == "valid" and "loss" in row
 
 
-def _plan_run(sweep: Sweep, workdir: str, base_path: str, name: str, seed: int,
-              scale: float) -> Run:  # fmt: skip
+def _plan_run(
+    sweep: Sweep, workdir: str, base_path: str, name: str, seed: int, scale: float
+) -> Run:
     """The run of variant `name` at `seed`, its learning rate times `scale`."""
     variant = sweep.variants[name]
     overrides = {**sweep.overrides, **variant, "train.seed": seed}
@@ -219,8 +230,12 @@ def write_status(run: Run, **fields) -> dict:
     is skipped, so resuming a sweep leaves its finished runs' files as they were."""
     os.makedirs(run.workdir, exist_ok=True)
     old = read_status(run)
-    status = json.loads(json.dumps({**old, **fields, "variant": run.variant, "seed": run.seed,
-                                    "overrides": run.overrides}, default=str))  # fmt: skip
+    status = json.loads(
+        json.dumps(
+            {**old, **fields, "variant": run.variant, "seed": run.seed, "overrides": run.overrides},
+            default=str,
+        )
+    )
     if old and old == status:  # status holds old["updated"]: equal only if nothing changed
         return old
     status["updated"] = time.time()

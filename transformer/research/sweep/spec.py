@@ -13,9 +13,23 @@ from transformer.common.errors import UserError
 from transformer.research.sweep.lr_grid import LrGrid, check_lr_grid
 from transformer.training import run_config
 
-KNOWN_FIELDS = {"base", "overrides", "variants", "seeds", "eval_split", "eval_overrides",
-                "parallel", "name", "description", "eval_longer_than", "baseline",
-                "matched", "lr_grid", "eval_score_references", "aa_arm"}  # fmt: skip
+KNOWN_FIELDS = {
+    "base",
+    "overrides",
+    "variants",
+    "seeds",
+    "eval_split",
+    "eval_overrides",
+    "parallel",
+    "name",
+    "description",
+    "eval_longer_than",
+    "baseline",
+    "matched",
+    "lr_grid",
+    "eval_score_references",
+    "aa_arm",
+}
 AA_SEED_OFFSET = 1000  # the A/A arm's seeds: the sweep's own plus this, disjoint from them
 
 
@@ -216,8 +230,7 @@ def _with_matched(raw: Mapping, variants: dict, base, overrides: dict, baseline:
         return variants
 
     def config_of(variant_overrides):
-        return set_overrides(base.copy_and_resolve_references(),
-                             {**overrides, **variant_overrides})  # fmt: skip
+        return set_overrides(base.copy_and_resolve_references(), {**overrides, **variant_overrides})
 
     matched = matched_variants(raw["matched"], variants, config_of, baseline)
     out = {}
