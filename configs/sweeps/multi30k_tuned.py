@@ -14,18 +14,18 @@ Expected:  16 arms (15 variants + the baseline's A/A arm) x 5 seeds. Each arm's 
            paired bootstrap over the pooled seeds, BLEU on the 143 sources longer than any
            training sentence (> 20 tokens), test perplexity of the references and the chosen
            rate with its sensitivity. The README's "Ablations" holds the table and a reading.
-Planning:  the pilot (three seeds, the previous fixed-grid study) measured a pooled between-
-           seed sd of 0.50 BLEU and a test-set sd of 0.18: five seeds detect about 1.2 BLEU
-           at 80% power before Holm (`--plan 0.5`); 0.5 BLEU would need more seeds than this
-           budget (about 8 CPU-hours on 2 cores) holds.
+Planning:  five seeds are what about 8 CPU-hours on 2 cores hold; what they can detect is
+           the pilot's reading (`transformer-sweep --plan 0.5` on the three-seed
+           fixed-grid study, README "Ablations"): about 1.2 BLEU at 80% power before Holm,
+           while 0.5 BLEU would need more seeds than the budget.
 Run time:  about 130 s of training and evaluation per run on the 2-core Intel Xeon (AVX-512)
            machine when nothing else runs (runs.csv holds each run's time); the sweep resumes
            where it stopped, so it runs in pieces. On GPUs use --parallel (one run per GPU).
 
 A reduced-budget study so that it runs in hours on 2 CPU cores: every run is
 configs/multi30k.py cut to a 2+2-layer d_model 128 model (4 heads of 32, d_ff 512, Pre-LN,
-ReLU, sinusoidal positions, dropout 0.1) on a 600-step cosine schedule with 80 warmup steps
-(64 packed rows of 20 + 20 tokens, ~950 target tokens per step: 1.8 epochs). Its
+ReLU, sinusoidal positions, dropout 26/256 = 0.1016) on a 600-step cosine schedule with
+80 warmup steps (64 packed rows of 20 + 20 tokens, ~950 target tokens per step: 1.8 epochs). Its
 rankings are of early training, where how fast a variant optimises counts as much as what it
 can reach; the full recipe's hour per run is what would settle small gaps.
 
@@ -76,7 +76,9 @@ def get_config():
             "model.norm_position": "pre",
             "model.activation": "relu",
             "model.position": "sinusoidal",
-            "model.dropout_rate": 0.1,
+            # 26/256 = 0.1016: one random byte per element (model/dropout.py), the rate every
+            # run of this study trains with.
+            "model.dropout_rate": 26 / 256,
             "train.batch_size": 64,  # packed rows of 20 + 20 tokens: ~950 target tokens
             "train.num_steps": 600,
             "train.warmup_steps": 80,

@@ -20,7 +20,8 @@ def build_model(model_cfg, seed: int) -> Transformer:
 
 
 # The platforms where the hand-written backward products pay (train.hand_written_vjps='auto'):
-# benchmarks/experiments/README.md gives the measurement.
+# the CPU, where profiles showed XLA transposing the wide operand (docs/performance.md, "The
+# loss and the tied embedding's gradients are written by hand").
 HAND_WRITTEN_VJPS_AUTO = ("cpu",)
 
 
