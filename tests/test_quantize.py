@@ -11,7 +11,8 @@ from tests.helpers import tiny_model_config
 from transformer import Transformer
 from transformer.common.errors import UserError
 from transformer.inference.translator import DecodeSettings, Translator
-from transformer.model.decode_weights import prepare_decoder
+from transformer.model.decoding_network import decoding_network
+from transformer.model.projection_policy import DecodeProjections, Projected
 from transformer.model.quantize import int8_matmul, quantize_columns, quantize_rows
 
 
@@ -67,31 +68,27 @@ def test_quantized_decoder_stays_close_and_leaves_the_parameters_alone():
 
     def logits(params, int8: bool):
         m = nnx.merge(graphdef, params)
-        encoded = m.encode(SRC, src_segments=segments)
-        cross_kv = m.cross_kv(encoded)
         if int8:
-            prepare_decoder(m, layout="in_out", quantize="int8")
-        return m.decode(encoded, segments, TGT, cross_kv=cross_kv)[0]
+            m = decoding_network(m, DecodeProjections(step_layout="in_out", step_quantize="int8"))
+        encoded = m.encode(SRC, src_segments=segments)
+        return m.decode(encoded, segments, TGT, cross_kv=m.cross_kv(encoded))[0]
 
     plain = jax.jit(lambda p: logits(p, False))(params)
     int8 = jax.jit(lambda p: logits(p, True))(params)
     scale = float(jnp.abs(plain).max())
     assert 0 < float(jnp.abs(int8 - plain).max()) < 0.02 * scale
     assert float((plain.argmax(-1) == int8.argmax(-1)).mean()) >= 0.9
-    for name, module in nnx.iter_modules(nnx.merge(graphdef, params)):  # copies only
-        assert getattr(module, "decode_projection", None) is None, name
 
 
-def test_translator_decodes_with_int8_and_rejects_unknown_modes(monkeypatch):
-    from transformer.inference import translator as translator_lib
-
-    calls = []  # prepare_decoder runs while the decode function is traced, once per compile
-    real = translator_lib.prepare_decoder
-    monkeypatch.setattr(
-        translator_lib,
-        "prepare_decoder",
-        lambda m, **kw: calls.append(kw["quantize"]) or real(m, **kw),
+def copy_dtypes(translator: Translator, params) -> list[str]:
+    """The storage dtype of every weight copy in the translator's decoding network."""
+    network = translator.prepare(params).network()
+    return sorted(
+        str(m.kernel[...].dtype) for _, m in nnx.iter_modules(network) if isinstance(m, Projected)
     )
+
+
+def test_translator_decodes_with_int8_and_rejects_unknown_modes():
     model = Transformer(tiny_model_config(d_model=64, d_ff=128), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     outputs = {}
@@ -99,7 +96,7 @@ def test_translator_decodes_with_int8_and_rejects_unknown_modes(monkeypatch):
         settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=6, quantize=quantize)
         translator = Translator(graphdef, model.cfg, settings, None, None)
         outputs[quantize], _ = translator.translate_ids(params, [[5, 6, 7, 3], [9, 10, 3]])
-        assert calls[-1] == quantize
+        assert set(copy_dtypes(translator, params)) == {"int8" if quantize == "int8" else "float32"}
     assert all(len(o[0]) <= 6 for o in outputs["int8"])
     tokens = [t for o in outputs["none"] for t in o[0]]
     same = [
@@ -143,17 +140,15 @@ def test_bfloat16_cache_stores_bfloat16_and_keeps_the_tokens(monkeypatch):
 
 @pytest.mark.parametrize("layout", ["in_out", "out_in"])
 def test_bfloat16_product_is_the_exact_sum_of_rounded_operands(layout):
-    from transformer.model.decode_weights import projection
-
     rng = np.random.default_rng(2)
     x = rng.standard_normal((5, 96)).astype(np.float32)
     w = rng.standard_normal((96, 7)).astype(np.float32)
     b = rng.standard_normal(7).astype(np.float32)
-    proj = projection(
+    proj = Projected.of(
         [jnp.asarray(w)], [jnp.asarray(b)], layout=layout, dtype=jnp.float32, quantize="bfloat16"
     )
-    assert proj.kernel.dtype == jnp.bfloat16
-    got = np.asarray(proj(jnp.asarray(x), jnp.float32))
+    assert proj.kernel[...].dtype == jnp.bfloat16
+    got = np.asarray(proj(jnp.asarray(x)))
     assert got.dtype == np.float32
 
     def rounded(a):  # to bfloat16 and back: products of two of these are exact in float64
@@ -164,30 +159,13 @@ def test_bfloat16_product_is_the_exact_sum_of_rounded_operands(layout):
     assert np.abs(got - (x @ w + b)).max() > 1e-4  # the operands were indeed rounded
 
 
-def test_bfloat16_decoding_rounds_the_products_asked_for_and_keeps_most_tokens(monkeypatch):
-    from transformer.inference import translator as translator_lib
-    from transformer.model.layers import Dense
-
-    kernels = []  # the dtype of every decode-time weight copy, recorded while tracing
-    real = translator_lib.prepare_decoder
-
-    def prepare(m, **kw):
-        real(m, **kw)
-        for _, module in nnx.iter_modules(m):
-            if isinstance(module, Dense) and module.decode_projection is not None:
-                kernels.append(str(module.decode_projection.kernel.dtype))
-            for field in ("decode_qkv", "decode_output"):
-                if getattr(module, field, None) is not None:
-                    kernels.append(str(getattr(module, field).kernel.dtype))
-
-    monkeypatch.setattr(translator_lib, "prepare_decoder", prepare)
+def test_bfloat16_decoding_rounds_the_products_asked_for_and_keeps_most_tokens():
     model = Transformer(tiny_model_config(d_model=64, d_ff=128), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     sources = [[5, 6, 7, 3], [9, 10, 3], [11, 12, 13, 14, 3]]
     outputs, copies = {}, {}
     arms = {"none": ("none", "none"), "loop": ("bfloat16", "none"), "all": ("bfloat16", "bfloat16")}
     for arm, (quantize, encoder_quantize) in arms.items():
-        kernels.clear()
         settings = DecodeSettings(
             strategy="greedy",
             max_len_a=0.0,
@@ -195,10 +173,9 @@ def test_bfloat16_decoding_rounds_the_products_asked_for_and_keeps_most_tokens(m
             quantize=quantize,
             encoder_quantize=encoder_quantize,
         )
-        outputs[arm], _ = Translator(graphdef, model.cfg, settings, None, None).translate_ids(
-            params, sources
-        )
-        copies[arm] = sorted(kernels)
+        translator = Translator(graphdef, model.cfg, settings, None, None)
+        outputs[arm], _ = translator.translate_ids(params, sources)
+        copies[arm] = copy_dtypes(translator, params)
     enc, dec = model.cfg.num_encoder_layers, model.cfg.num_decoder_layers
     # The decoder loop: fused Q/K/V, self-attention output, cross-attention query and output,
     # 2 feed-forward per layer, and the output projection; encoder_quantize adds the encoder's

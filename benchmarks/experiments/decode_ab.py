@@ -89,10 +89,8 @@ def build_calls(config, mode: str, length: int, arms: list[dict]):
     calls = []
     for overrides in arms:
         settings = dataclasses.replace(setup.settings, **typed_overrides(setup.settings, overrides))
-        compiled = setup.compile(settings)
-        calls.append(
-            lambda c=compiled: c(setup.params, setup.src, setup.row_ids)[0].block_until_ready()
-        )
+        call, _ = setup.compile(settings)
+        calls.append(lambda call=call: call()[0].block_until_ready())
     return calls
 
 

@@ -23,16 +23,17 @@ class DecodeSetup:
     length: int
 
     def compile(self, settings=None):
-        """The Translator's translate function for settings (default: the mode's), compiled
-        for these inputs; call it as fn(params, src, row_ids)."""
+        """(call, compiled): the Translator's batch program for settings (default: the
+        mode's), compiled for these inputs, and `call()` running it on them. The decoding
+        network's weight copies are made here, once, as decode.py makes them once per run."""
         from transformer.inference.translator import Translator
 
         translator = Translator(
             self.graphdef, self.model_cfg, settings or self.settings, None, None
         )
-        return translator._translate_fn.lower(
-            self.params, self.src, self.row_ids, max_out=self.length
-        ).compile()
+        prepared = translator.prepare(self.params)
+        compiled = translator.lower(prepared, self.src, self.row_ids, self.length).compile()
+        return (lambda: compiled(prepared.state, self.src, self.row_ids)), compiled
 
 
 def decode_setup(config, mode: str, length: int) -> DecodeSetup:

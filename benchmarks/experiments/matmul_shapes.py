@@ -26,7 +26,7 @@ Implementations:
                  on their minor axis (decode.weight_layout=out_in's copies)
   xla_int8       decode.quantize=int8's product (transformer.model.quantize.int8_matmul:
                  rows quantized at each product, int8 weights, int32 sums), jitted
-  xla_bf16       decode.quantize=bfloat16's product (decode_weights.Projection): bfloat16
+  xla_bf16       decode.quantize=bfloat16's product (projection_policy.Projected): bfloat16
                  weights and rows, float32 sums, jitted
   torch          torch.matmul with PyTorch's default intra-op threads
   torch_1thread  torch.matmul with torch.set_num_threads(1)
@@ -141,15 +141,15 @@ def _products_fn(impl: str, x: np.ndarray, ws: list[np.ndarray]):
         operands = [quantize_columns(jnp.asarray(w)) for w in ws]  # (int8 [K, N], scale [N])
         products = jax.jit(lambda x, ops: [int8_matmul(x, *op) for op in ops])
     elif impl == "xla_bf16":
-        from transformer.model.decode_weights import projection
+        from transformer.model.projection_policy import Projected
 
         operands = [
-            projection(
+            Projected.of(
                 [jnp.asarray(w)], None, layout="in_out", dtype=jnp.float32, quantize="bfloat16"
             )
             for w in ws
         ]
-        products = jax.jit(lambda x, ops: [op(x, jnp.float32) for op in ops])
+        products = jax.jit(lambda x, ops: [op(x) for op in ops])
     elif impl == "xla_nk":
         operands = [jnp.asarray(np.ascontiguousarray(w.T)) for w in ws]  # [N, K]
         products = jax.jit(lambda x, ops: [jnp.einsum("mk,nk->mn", x, w) for w in ops])

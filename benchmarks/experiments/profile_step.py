@@ -89,8 +89,8 @@ def build_decode(config, mode: str, length: int):
     """(call, compiled HLO text): `call()` decodes decode.batch_size random sources of
     data.max_source_len tokens with the `mode` settings, exactly `length` tokens per row."""
     setup = decode_setup(config, mode, length)
-    compiled = setup.compile()
-    return (lambda: compiled(setup.params, setup.src, setup.row_ids)), compiled.as_text()
+    call, compiled = setup.compile()
+    return call, compiled.as_text()
 
 
 def op_table(hlo_text: str) -> dict[str, tuple[str, str, str, bool]]:

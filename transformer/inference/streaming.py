@@ -28,6 +28,7 @@ def _open(path: str, mode: str):
 def translate_stream(run, input_path: str, output_path: str) -> dict:
     """Translates each line of input_path into output_path, a batch at a time, in order."""
     settings = run.translator.settings
+    prepared = run.translator.prepare(run.params)  # weight copies made once for the stream
     multi = settings.outputs_per_input > 1
     lines_done, truncated = 0, 0
     with _open(input_path, "r") as src, _open(output_path, "w") as out:
@@ -37,7 +38,7 @@ def translate_stream(run, input_path: str, output_path: str) -> dict:
             nonlocal lines_done, truncated
             if not batch:
                 return
-            result = run.translator.translate(run.params, batch, first_id=lines_done)
+            result = run.translator.translate(prepared, batch, first_id=lines_done)
             truncated += result.num_truncated
             for i, (hyps, scores) in enumerate(zip(result.hypotheses, result.scores, strict=True)):
                 if multi:

@@ -1,8 +1,11 @@
 """Translating text with a model's parameters: KV-cached greedy, sampling or beam search.
 
-One `Translator` serves training's validation BLEU, eval.py and decode.py. Each batch runs as
-one compiled program: encode once, compute cross-attention keys/values once (expanded per
-beam once), then the whole token loop in a `lax.while_loop` over a preallocated KV cache.
+One `Translator` serves training's validation BLEU, eval.py and decode.py. A parameter set is
+first made ready to decode (`Translator.prepare`, once per parameter set, in one compiled
+call): the decoding network of the translator's projection policy, its decode-time weight
+copies made from the trained parameters (transformer.model.decoding_network). Each batch then
+runs as one compiled program: encode once, compute cross-attention keys/values once, then the
+whole token loop in a `lax.while_loop` over a preallocated KV cache.
 """
 
 from __future__ import annotations
@@ -24,19 +27,16 @@ from transformer.inference import search
 from transformer.inference.beam import beam_search
 from transformer.inference.filters import filters_from_settings
 from transformer.model.config import ModelConfig
-from transformer.model.decode_weights import (
+from transformer.model.decoding_network import decoding_network
+from transformer.model.projection_policy import (
     LAYOUTS,
-    prepare_decoder,
-    prepare_encoder,
+    MEMORY_QUANTIZE,
+    QUANTIZE,
+    DecodeProjections,
     resolve_layout,
 )
 
 STRATEGIES = ("greedy", "sample", "beam")
-# decode.quantize (the decoder loop's products) and decode.encoder_quantize (the encoder's and
-# the cross-attention keys/values'): int8 = transformer.model.quantize, bfloat16 = bfloat16
-# operands with float32 sums (transformer.model.decode_weights).
-QUANTIZE = ("none", "int8", "bfloat16")
-ENCODER_QUANTIZE = ("none", "bfloat16")
 # decode.cache_dtype: the self-attention cache and cross-attention keys/values as stored
 # ('model': model.dtype); attention computes in model.dtype either way.
 CACHE_DTYPES = ("model", "bfloat16")
@@ -85,9 +85,9 @@ class DecodeSettings:
                 f"unknown decode.quantize {self.quantize!r}; valid: " + ", ".join(QUANTIZE),
             ),
             (
-                self.encoder_quantize in ENCODER_QUANTIZE,
+                self.encoder_quantize in MEMORY_QUANTIZE,
                 f"unknown decode.encoder_quantize {self.encoder_quantize!r}; valid: "
-                + ", ".join(ENCODER_QUANTIZE),
+                + ", ".join(MEMORY_QUANTIZE),
             ),
             (
                 self.weight_layout in LAYOUTS,
@@ -121,6 +121,35 @@ class DecodeSettings:
             return self.n_best
         return self.num_samples if self.strategy == "sample" else 1
 
+    @property
+    def rows_per_input(self) -> int:
+        """Decoder rows per source: its beams, its samples, or 1."""
+        if self.strategy == "beam":
+            return self.beam_size
+        return self.num_samples if self.strategy == "sample" else 1
+
+    @property
+    def projections(self) -> DecodeProjections:
+        """The decoding network's projection policy (transformer.model.projection_policy):
+        decode.weight_layout resolved for the rows of one decode step's products."""
+        return DecodeProjections(
+            step_layout=resolve_layout(self.weight_layout, self.batch_size * self.rows_per_input),
+            step_quantize=self.quantize,
+            memory_quantize=self.encoder_quantize,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A parameter set made ready to decode by `Translator.prepare`: the decoding network
+    (graphdef, state), its weight copies made once."""
+
+    graphdef: object
+    state: object
+
+    def network(self):
+        return nnx.merge(self.graphdef, self.state)
+
 
 @dataclasses.dataclass
 class Translations:
@@ -140,8 +169,9 @@ class Translator:
 
     The methods take `params`, the state `graphdef` was split with, rather than a model, so
     one compiled program serves every parameter set of a run (averaged checkpoints, training's
-    validation). Whatever module state the model held at the split travels with it: head masks
-    put on the attention modules before `nnx.split(model)` (research.head_masking) are in both
+    validation); or a `Prepared` from `prepare(params)`, which decodes many calls without
+    making the weight copies again (decode.py's streaming batches). Whatever module state the
+    model held at the split travels with it: head masks (research.head_masking) are in both
     the graphdef and the state, so masked decoding needs no argument of its own here.
     """
 
@@ -153,6 +183,17 @@ class Translator:
         self.settings = settings
         self.src_tok = src_tok
         self.tgt_tok = tgt_tok
+        self.filters = filters_from_settings(settings)  # beam search uses only min-length
+        self._prepare_fn = nnx.jit(
+            lambda p: decoding_network(nnx.merge(graphdef, p), settings.projections)
+        )
+
+    def prepare(self, params) -> Prepared:
+        """`params` ready to decode: the decoding network with its weight copies (one compiled
+        call; the trained parameters are read, never changed)."""
+        if isinstance(params, Prepared):
+            return params
+        return Prepared(*nnx.split(self._prepare_fn(params)))
 
     # ------------------------------------------------------------------------- compiled core
 
@@ -162,27 +203,27 @@ class Translator:
 
     @functools.cached_property
     def _translate_fn(self):
-        return jax.jit(self._translate_batch, static_argnames=("max_out",))
+        return jax.jit(self._translate_batch, static_argnames=("graphdef", "max_out"))
 
-    def _translate_batch(self, params, src, row_ids, *, max_out: int):
-        """src [B, S] (EOS-terminated, PAD_ID = padding) -> (tokens [B, R, max_out], scores [B, R]).
+    def lower(self, prepared: Prepared, src, row_ids, max_out: int):
+        """The batch program for these shapes, lowered for ahead-of-time compiling (the
+        benchmarks); the compiled program is called as compiled(prepared.state, src, row_ids)."""
+        return self._translate_fn.lower(
+            prepared.state, src, row_ids, graphdef=prepared.graphdef, max_out=max_out
+        )
+
+    def _translate_batch(self, state, src, row_ids, *, graphdef, max_out: int):
+        """src [B, S] (EOS-terminated, PAD_ID = padding) -> (tokens [B, R, max_out], scores [B, R]),
+        by the decoding network (graphdef, state) of `prepare`.
 
         R outputs per input: n_best (beam), num_samples (sample) or 1 (greedy).
         """
         s = self.settings
-        model = nnx.merge(self.graphdef, params)
+        model = nnx.merge(graphdef, state)
         src_segments = (src != PAD_ID).astype(jnp.int32)
-        prepare_encoder(model, quantize=s.encoder_quantize)
         cross_kv = model.cross_kv(model.encode(src, src_segments=src_segments))
         if s.cache_dtype == "bfloat16":
             cross_kv = jax.tree.map(lambda a: a.astype(jnp.bfloat16), cross_kv)
-        # The decoder loop's weights in the layout its row count multiplies fastest (int8 or
-        # bfloat16 if asked); the encoder and the cross-attention keys/values above have
-        # bfloat16 copies with encoder_quantize, else use the parameters.
-        rows = src.shape[0] * (
-            s.beam_size if s.strategy == "beam" else s.num_samples if s.strategy == "sample" else 1
-        )
-        prepare_decoder(model, layout=resolve_layout(s.weight_layout, rows), quantize=s.quantize)
         src_len = jnp.sum(src_segments, axis=1)
         max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)  # [B]
         if s.strategy == "beam":
@@ -199,7 +240,7 @@ class Translator:
             beam_size=beam,
             max_len=max_out,
             max_lens=search.expand_to_beams(max_lens, beam),
-            filters=filters_from_settings(s),  # beam search uses its min-length, not sampling
+            filters=self.filters,
             alpha=s.length_penalty,
             n_best=s.n_best,
         )
@@ -212,7 +253,7 @@ class Translator:
         callback = _decoder_step(model, cross_kv, src_segments)  # shared by a source's samples
         cache = model.init_cache(b * reps, max_out, self._cache_dtype)
         row_max = search.expand_to_beams(max_lens, reps)
-        filters = filters_from_settings(s)
+        filters = self.filters
         if s.strategy == "greedy":
             out = search.greedy(callback, cache, max_len=max_out, max_lens=row_max, filters=filters)
         else:
@@ -245,12 +286,14 @@ class Translator:
         id_lists: Sequence[Sequence[int]],
         line_ids: Sequence[int] | None = None,
     ):
-        """EOS-terminated source id lists -> (token lists [n][R], scores [n][R]).
+        """EOS-terminated source id lists -> (token lists [n][R], scores [n][R]); params: the
+        trained parameters or a `Prepared`.
 
         line_ids[i] numbers input i (default: i); sampling derives input i's random key from
         the seed and line_ids[i] alone, so its samples never depend on the batch around it.
         """
         s = self.settings
+        prepared = self.prepare(params) if len(id_lists) else None
         line_ids = np.arange(len(id_lists)) if line_ids is None else np.asarray(line_ids)
         if len(line_ids) != len(id_lists):
             raise ValueError(f"{len(line_ids)} line ids for {len(id_lists)} inputs")
@@ -264,9 +307,10 @@ class Translator:
             row_ids = np.zeros(s.batch_size, np.int32)
             row_ids[: len(chunk)] = line_ids[chunk]
             tokens, scores = self._translate_fn(
-                params,
+                prepared.state,
                 jnp.asarray(batch["src"]),
                 jnp.asarray(row_ids),
+                graphdef=prepared.graphdef,
                 max_out=self.max_output_len(width),
             )
             tokens, scores = np.asarray(tokens), np.asarray(scores)

@@ -16,8 +16,9 @@ from flax import nnx
 from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.instrumentation import PLAIN, HeadMask, Instrumentation
-from transformer.model.layers import Dense, _dtype
+from transformer.model.layers import _dtype
 from transformer.model.position_schemes import Rotation
+from transformer.model.projection_policy import TRAINED, ProjectionPolicy
 
 NEG_INF = -1e9  # additive mask value; softmax runs in float32 so this cannot overflow
 
@@ -79,7 +80,9 @@ def attend_fused(
 class Attention(nnx.Module):
     """Self- or cross-attention sublayer: projections, the positional scheme's rotation,
     attend, output projection; with `instrumentation`, its probabilities sown and its heads
-    masked (instrumentation.py)."""
+    masked (instrumentation.py). Its linear layers are `projections`' for `place` (the
+    queries and output) and `kv_place` (the keys and values; default `place`); a policy that
+    fuses self-attention's query, key and value layers gives one `qkv` layer instead."""
 
     def __init__(
         self,
@@ -89,27 +92,41 @@ class Attention(nnx.Module):
         rngs: nnx.Rngs,
         differentiation: Differentiation = AUTODIFF,
         instrumentation: Instrumentation = PLAIN,
+        projections: ProjectionPolicy = TRAINED,
+        place: str = "encoder",
+        kv_place: str | None = None,
     ):
         self.num_heads = cfg.num_heads
         self.kv_heads = cfg.kv_heads
         self.head_dim = cfg.head_dim
+        self.dtype = _dtype(cfg)
         self.attention_dropout_rate = cfg.attention_dropout_rate
         self.attention_impl = cfg.attention_impl
         common = dict(
-            use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs, differentiation=differentiation
+            use_bias=cfg.use_bias, dtype=self.dtype, rngs=rngs, differentiation=differentiation
         )
-        d, hd = cfg.d_model, cfg.head_dim
-        self.query = Dense(d, cfg.num_heads * hd, **common)
-        self.key = Dense(d, cfg.kv_heads * hd, **common)
-        self.value = Dense(d, cfg.kv_heads * hd, **common)
-        self.out = Dense(cfg.num_heads * hd, d, init_scale=out_init_scale, **common)
+        d, q_width, kv_width = (
+            cfg.d_model,
+            cfg.num_heads * cfg.head_dim,
+            cfg.kv_heads * cfg.head_dim,
+        )
+        kv_place = kv_place or place
+        self.qkv = (  # None: separate layers
+            projections.fused_qkv(
+                place, d, (q_width, kv_width, kv_width), use_bias=cfg.use_bias, dtype=self.dtype
+            )
+            if kv_place == place
+            else None
+        )
+        if self.qkv is None:
+            self.query = projections.linear(place, d, q_width, **common)
+            self.key = projections.linear(kv_place, d, kv_width, **common)
+            self.value = projections.linear(kv_place, d, kv_width, **common)
+        self.out = projections.linear(place, q_width, d, init_scale=out_init_scale, **common)
         self.head_mask = (
             HeadMask(jnp.ones((cfg.num_heads,))) if instrumentation.head_masks else None
         )
         self.sow_probabilities = instrumentation.capture_attention
-        # Query, key and value weights side by side (decode_weights.Projection), set for
-        # decoding by decode_weights.prepare_decoder: project_qkv then runs one product.
-        self.decode_qkv = nnx.data(None)
 
     def project_kv(
         self, x: jax.Array, rotate: Rotation | None = None
@@ -134,12 +151,12 @@ class Attention(nnx.Module):
         self, x: jax.Array, rotate: Rotation | None = None
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         """Self-attention's projections of x [B, T, d]: (queries [B, T, H, D], (keys, values)
-        [B, K, T, D]), in one product when decode_qkv is set."""
-        if self.decode_qkv is None:
+        [B, K, T, D]), in one product when the projection policy fused them (`qkv`)."""
+        if self.qkv is None:
             return self.project_q(x, rotate), self.project_kv(x, rotate)
         b, t, _ = x.shape
         q_width, kv_width = self.num_heads * self.head_dim, self.kv_heads * self.head_dim
-        qkv = self.decode_qkv(x, self.query.dtype)  # [B, T, q_width + 2 kv_width]
+        qkv = self.qkv(x)  # [B, T, q_width + 2 kv_width]
         q, k, v = jnp.split(qkv, [q_width, q_width + kv_width], axis=-1)
         q = q.reshape(b, t, self.num_heads, self.head_dim)
         k = k.reshape(b, t, self.kv_heads, self.head_dim)

@@ -31,13 +31,8 @@ class Dense(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((d_out,), jnp.float32)) if use_bias else None
         self.dtype = dtype
         self.differentiation = differentiation
-        # A decode-time copy of the weights (decode_weights.Projection), set for decoding by
-        # decode_weights.prepare_decoder; when set it computes the layer.
-        self.decode_projection = nnx.data(None)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        if self.decode_projection is not None:
-            return self.decode_projection(x, self.dtype)
         y = self.differentiation.matmul(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
@@ -108,7 +103,10 @@ ACTIVATION_FNS = {
 
 
 class FeedForward(nnx.Module):
-    """d_model -> d_ff -> d_model; gated variants compute act(x W1) * (x Wg) (Shazeer, 2020)."""
+    """d_model -> d_ff -> d_model; gated variants compute act(x W1) * (x Wg) (Shazeer, 2020).
+
+    linear(d_in, d_out, **kw) makes its linear layers (a projection policy's, at the block's
+    place in the network); the default is `Dense`."""
 
     def __init__(
         self,
@@ -117,13 +115,14 @@ class FeedForward(nnx.Module):
         out_init_scale: float,
         rngs: nnx.Rngs,
         differentiation: Differentiation = AUTODIFF,
+        linear=Dense,
     ):
         common = dict(
             use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs, differentiation=differentiation
         )
-        self.wi = Dense(cfg.d_model, cfg.d_ff, **common)
-        self.wg = Dense(cfg.d_model, cfg.d_ff, **common) if cfg.gated else None
-        self.wo = Dense(cfg.d_ff, cfg.d_model, init_scale=out_init_scale, **common)
+        self.wi = linear(cfg.d_model, cfg.d_ff, **common)
+        self.wg = linear(cfg.d_model, cfg.d_ff, **common) if cfg.gated else None
+        self.wo = linear(cfg.d_ff, cfg.d_model, init_scale=out_init_scale, **common)
         self.act = ACTIVATION_FNS[cfg.activation]
         self.activation_dropout_rate = cfg.activation_dropout_rate
 

@@ -1,11 +1,12 @@
-"""Int8 products for decoding: weights quantized per output channel once per batch, the
+"""Int8 products for decoding: weights quantized per output channel once per parameter set, the
 activations per row at each product, both symmetric (abs-max / 127), the sum taken in int32.
 
 A decode step multiplies a few rows by every weight matrix, where XLA's CPU int8 product runs
 about twice as fast as its float32 one (benchmarks/experiments/matmul_shapes.py measures the
-shapes). `decode_weights.prepare_decoder(model, quantize='int8')` gives the decoder's dense
-layers and the output projection int8 copies of their weights on a model merged inside the
-traced decode function, so the float32 parameters are untouched and training never sees it. The
+shapes). A decoding network built with `projection_policy.DecodeProjections(...,
+step_quantize='int8')` (decoding_network) holds int8 copies of the decoder's dense layers and
+the output projection, made once per parameter set; the float32 parameters are untouched and
+training never sees them. The
 BLEU cost is a measured figure (docs/decoding_and_evaluation.md), not a guarantee.
 """
 

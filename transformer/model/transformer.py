@@ -7,6 +7,7 @@ each segment; when omitted they are derived from the tokens (one sentence per ro
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -20,8 +21,9 @@ from transformer.model.config import ModelConfig
 from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.instrumentation import PLAIN, Instrumentation
-from transformer.model.layers import Dense, Embed, FeedForward, Norm, _dtype
+from transformer.model.layers import Embed, FeedForward, Norm, _dtype
 from transformer.model.position_schemes import SCHEMES, PositionScheme
+from transformer.model.projection_policy import TRAINED, ProjectionPolicy
 
 Cache = list[dict[str, jax.Array]]  # per decoder layer: {'k', 'v'} [B, K, max_len, D]
 
@@ -49,11 +51,12 @@ class EncoderBlock(nnx.Module):
         rngs: nnx.Rngs,
         differentiation: Differentiation,
         instrumentation: Instrumentation,
+        projections: ProjectionPolicy,
     ):
         layers = dict(out_init_scale=out_init_scale, rngs=rngs, differentiation=differentiation)
-        attention = dict(layers, instrumentation=instrumentation)
-        self.self_attention = Attention(cfg, **attention)
-        self.ffn = FeedForward(cfg, **layers)
+        attention = dict(layers, instrumentation=instrumentation, projections=projections)
+        self.self_attention = Attention(cfg, place="encoder", **attention)
+        self.ffn = FeedForward(cfg, linear=_linear(projections, "encoder"), **layers)
         self.attention_sublayer = Sublayer(cfg)
         self.ffn_sublayer = Sublayer(cfg)
 
@@ -77,12 +80,15 @@ class DecoderBlock(nnx.Module):
         rngs: nnx.Rngs,
         differentiation: Differentiation,
         instrumentation: Instrumentation,
+        projections: ProjectionPolicy,
     ):
         layers = dict(out_init_scale=out_init_scale, rngs=rngs, differentiation=differentiation)
-        attention = dict(layers, instrumentation=instrumentation)
-        self.self_attention = Attention(cfg, **attention)
-        self.cross_attention = Attention(cfg, **attention)
-        self.ffn = FeedForward(cfg, **layers)
+        attention = dict(layers, instrumentation=instrumentation, projections=projections)
+        # 'step' layers run once per generated token; the cross-attention keys and values
+        # ('memory') once per source (projection_policy.PLACES).
+        self.self_attention = Attention(cfg, place="step", **attention)
+        self.cross_attention = Attention(cfg, place="step", kv_place="memory", **attention)
+        self.ffn = FeedForward(cfg, linear=_linear(projections, "step"), **layers)
         self.self_sublayer = Sublayer(cfg)
         self.cross_sublayer = Sublayer(cfg)
         self.ffn_sublayer = Sublayer(cfg)
@@ -135,9 +141,12 @@ class Transformer(nnx.Module):
         rngs: nnx.Rngs,
         differentiation: Differentiation = AUTODIFF,
         instrumentation: Instrumentation = PLAIN,
+        projections: ProjectionPolicy = TRAINED,
     ):
         """differentiation: how the backward pass runs (differentiation.py; values unchanged);
-        instrumentation: what analysis sees (instrumentation.py; default nothing)."""
+        instrumentation: what analysis sees (instrumentation.py; default nothing);
+        projections: what the linear layers hold (projection_policy.py; default trainable
+        Dense parameters, decoding_network.py builds the decode-time copies)."""
         if cfg.vocab_size is None:
             raise ValueError(
                 "ModelConfig.vocab_size is None: give the vocabulary size (train.py takes it "
@@ -145,8 +154,9 @@ class Transformer(nnx.Module):
             )
         self.cfg = cfg
         self.differentiation = differentiation
+        self.instrumentation = instrumentation
         embed = dict(rngs=rngs, differentiation=differentiation)
-        blocks = dict(embed, instrumentation=instrumentation)
+        blocks = dict(embed, instrumentation=instrumentation, projections=projections)
         self.src_embed = Embed(cfg.vocab_size, cfg.d_model, **embed)
         self.tgt_embed = (
             None if cfg.share_embeddings else Embed(cfg.vocab_size, cfg.d_model, **embed)
@@ -155,8 +165,6 @@ class Transformer(nnx.Module):
         scheme = SCHEMES[cfg.position]
         self.encoder_positions: PositionScheme = scheme(cfg, causal=False, rngs=rngs)
         self.decoder_positions: PositionScheme = scheme(cfg, causal=True, rngs=rngs)
-        # Decode-time copy of the output projection (decode_weights.prepare_decoder).
-        self.decode_output = nnx.data(None)
         enc_scale = _residual_scale(cfg, cfg.num_encoder_layers)
         dec_scale = _residual_scale(cfg, cfg.num_decoder_layers)
         self.encoder_layers = nnx.List(
@@ -174,11 +182,7 @@ class Transformer(nnx.Module):
         pre = cfg.norm_position == "pre"
         self.encoder_norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps) if pre else None
         self.decoder_norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps) if pre else None
-        self.output = (
-            None
-            if cfg.tie_output
-            else Dense(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=jnp.float32, rngs=rngs)
-        )
+        self.output = projections.output(cfg, rngs=rngs)  # None: the tied embedding's
 
     # ----------------------------------------------------------------------------- embedding
 
@@ -319,11 +323,9 @@ class Transformer(nnx.Module):
 
     def logits(self, x: jax.Array) -> jax.Array:
         """Final projection in float32 (logits, softmax and loss stay float32 under bf16)."""
-        if self.decode_output is not None:
-            return self.decode_output(x, jnp.float32)
         if self.output is None:
             return self.target_embedding.attend(x)
-        return jnp.dot(x.astype(jnp.float32), self.output.kernel[...])
+        return self.output(x.astype(jnp.float32))
 
     def init_cache(self, batch_size: int, max_len: int | None = None, dtype=None) -> Cache:
         """Zeroed self-attention KV cache: per layer {'k', 'v'} [B, K, max_len, D], in dtype
@@ -364,6 +366,11 @@ class Transformer(nnx.Module):
             keys=keys,
         )
         return logits
+
+
+def _linear(projections: ProjectionPolicy, place: str):
+    """The policy's linear-layer maker for one place in the network."""
+    return functools.partial(projections.linear, place)
 
 
 def _residual_scale(cfg: ModelConfig, num_layers: int) -> float:

@@ -133,12 +133,12 @@ def _decode_section() -> ml_collections.ConfigDict:
     decode.min_len = 0
     decode.batch_size = 64  # sentences per decoding batch
     # none | int8 | bfloat16: the decoder loop's products in int8 (model/quantize.py) or with
-    # bfloat16 operands and float32 sums (model/decode_weights.py)
+    # bfloat16 operands and float32 sums (model/projection_policy.py)
     decode.quantize = "none"
     # none | bfloat16: the encoder's and cross-attention keys/values' products likewise
     decode.encoder_quantize = "none"
     # auto | in_out | out_in | none: how the decode loop's weight copies are laid out
-    # (model/decode_weights.py; auto picks by rows per product; none: no copies)
+    # (model/projection_policy.py; auto picks by rows per product; none: no copies)
     decode.weight_layout = "auto"
     # model | bfloat16: the KV cache and cross-attention keys/values as stored while decoding
     decode.cache_dtype = "model"
