@@ -5,7 +5,12 @@
 #   2. benchmarks/compare_torch.py: Hugging Face MarianMT at the same sizes (the bench extra);
 #   3. with RUN, benchmarks/real_data_speed.py: a trained Post-LN, sinusoidal run's test split
 #      translated by this project and by MarianMTModel holding the same weights;
-#   4. benchmarks/table.py over the three files, into OUT_DIR/table.md.
+#   4. benchmarks/table.py over all the files, into OUT_DIR/table.md.
+# It runs ROUNDS rounds (default 3) of 1-3, alternating the scripts (A B A B ...), each run a
+# fresh process into OUT_DIR/<script>_<round>.jsonl: one process's speed on a shared VM drifts
+# by a third between runs, so table.py reports each figure and ratio as the median over the
+# rounds with its spread, ratios taken round by round, and a target met only by the whole
+# spread.
 #
 #   RUN=studies/.../post_ln/1 DATA=../shared/data/multi30k benchmarks/side_by_side.sh OUT_DIR
 #   benchmarks/side_by_side.sh --print OUT_DIR    # the commands, without running them
@@ -25,6 +30,11 @@ fi
 OUT_DIR="${1:?usage: benchmarks/side_by_side.sh [--print] OUT_DIR}"
 PYTHON="${PYTHON:-python}"
 QUIET_WAIT_S="${QUIET_WAIT_S:-600}"
+ROUNDS="${ROUNDS:-3}"
+if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: ROUNDS=$ROUNDS: set it to a whole number of rounds, 1 or more (default 3)" >&2
+    exit 2
+fi
 CPUS=$(nproc)
 
 wait_for_quiet() {
@@ -62,15 +72,20 @@ if [[ -n "${DATA:-}" ]]; then
     what="train,pipeline,decode"
     data_flag=("--config.data.path=$DATA")
 fi
-files=("$OUT_DIR/jax.jsonl" "$OUT_DIR/torch.jsonl")
-step "$OUT_DIR/jax.jsonl" "$PYTHON" -m benchmarks.throughput --config configs/bench_base.py \
-    --what "$what" --decode_lengths 64 --nocache_lengths 64 "${data_flag[@]}" --json
-step "$OUT_DIR/torch.jsonl" "$PYTHON" -m benchmarks.compare_torch --decode-lengths 64 --json
-if [[ -n "${RUN:-}" ]]; then
-    files+=("$OUT_DIR/real.jsonl")
-    step "$OUT_DIR/real.jsonl" "$PYTHON" -m benchmarks.real_data_speed --workdir "$RUN" \
-        --split test --what greedy,beam4 --json
-fi
+files=()
+for (( round = 1; round <= ROUNDS; round++ )); do
+    files+=("$OUT_DIR/jax_$round.jsonl" "$OUT_DIR/torch_$round.jsonl")
+    step "$OUT_DIR/jax_$round.jsonl" "$PYTHON" -m benchmarks.throughput \
+        --config configs/bench_base.py --what "$what" --decode_lengths 64 \
+        --nocache_lengths 64 "${data_flag[@]}" --json
+    step "$OUT_DIR/torch_$round.jsonl" "$PYTHON" -m benchmarks.compare_torch \
+        --decode-lengths 64 --json
+    if [[ -n "${RUN:-}" ]]; then
+        files+=("$OUT_DIR/real_$round.jsonl")
+        step "$OUT_DIR/real_$round.jsonl" "$PYTHON" -m benchmarks.real_data_speed \
+            --workdir "$RUN" --split test --what greedy,beam4 --json
+    fi
+done
 if (( PRINT_ONLY )); then
     echo "$PYTHON -m benchmarks.table ${files[*]} > $OUT_DIR/table.md"
 else

@@ -12,6 +12,15 @@ it the targets: ratios against the PyTorch peer (this project over MarianMT) and
 within this project (packed over padded batches, cached over uncached decoding). The output
 is deterministic, so a README section rendered from unchanged files stays byte-identical.
 
+Rounds: each file is one run of one script, and files of the same script given again are
+its later rounds (benchmarks/side_by_side.sh alternates the scripts, A B A B ..., each run a
+fresh process, because one process's speed on a shared VM drifts by a third between runs).
+A figure measured in several rounds shows its median and, in brackets, its min-max over the
+rounds; a ratio between two implementations is taken round by round (the k-th run of one over
+the k-th of the other, side by side in time) and shown as the median with its spread; a
+target is met only when every round's ratio clears it ("unsettled" when the median does and
+the spread does not). Peak memory keeps the largest of all rounds.
+
 Each figure keeps the load average its run's `setup` line recorded before it started. A ratio
 involving a run that started on a busy machine (benchmarks/common.busy: more than half a
 runnable process per core) is withheld: the cell says `busy`, the target row `withheld`, and a
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from collections.abc import Sequence
 
@@ -162,40 +172,58 @@ def _start_load(setup: dict, path: str) -> dict | None:
     return None
 
 
-def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], dict]:
-    """{(impl, figure): record} from JSON-lines files; the last record of a pair wins, except
-    peak memory rows, which keep the largest. A record from a run that started on a busy
-    machine carries `_busy` ({'file', 'load', 'cpus'})."""
-    figures = {}
+def read_figures(paths: Sequence[str]) -> dict[tuple[str, str], list[dict]]:
+    """{(impl, figure): [record per round]} from JSON-lines files in round order: within a
+    file the last record of a pair wins, and each file adds one round; peak memory rows keep
+    one record, the largest. A record from a run that started on a busy machine carries
+    `_busy` ({'file', 'load', 'cpus'})."""
+    figures: dict[tuple[str, str], list[dict]] = {}
     for path in paths:
-        seen: set[str] = set()  # parts of the run in progress: its figures so far
-        started_busy = None  # the run in progress: its setup line's load, if busy
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if not (isinstance(record, dict) and "figure" in record and "impl" in record):
-                    continue
-                figure = record["figure"]
-                if figure == "setup":
-                    started_busy = _start_load(record, path)
-                    continue
-                if started_busy:
-                    record["_busy"] = started_busy
-                key = (record["impl"], figure)
-                if figure == PEAK_RSS:  # the last line of a run
-                    key, seen = (record["impl"], _peak_rss_key(record, seen)), set()
-                    if key in figures and figures[key]["value"] > record["value"]:
-                        continue
-                elif figure in FIGURES:
-                    seen.add(_part(figure))
-                figures[key] = record
+        for key, record in _file_figures(path).items():
+            if not key[1].startswith(PEAK_RSS):
+                figures.setdefault(key, []).append(record)
+            elif key not in figures or figures[key][0]["value"] < record["value"]:
+                figures[key] = [record]
     return figures
+
+
+def _file_figures(path: str) -> dict[tuple[str, str], dict]:
+    """{(impl, figure): record} of one file; the last record of a pair wins, except peak
+    memory rows, which keep the largest."""
+    figures = {}
+    seen: set[str] = set()  # parts of the run in progress: its figures so far
+    started_busy = None  # the run in progress: its setup line's load, if busy
+    for record in _records(path):
+        figure = record["figure"]
+        if figure == "setup":
+            started_busy = _start_load(record, path)
+            continue
+        if started_busy:
+            record["_busy"] = started_busy
+        key = (record["impl"], figure)
+        if figure == PEAK_RSS:  # the last line of a run
+            key, seen = (record["impl"], _peak_rss_key(record, seen)), set()
+            if key in figures and figures[key]["value"] > record["value"]:
+                continue
+        elif figure in FIGURES:
+            seen.add(_part(figure))
+        figures[key] = record
+    return figures
+
+
+def _records(path: str):
+    """The figure records of a JSON-lines file (other lines are ignored)."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "figure" in record and "impl" in record:
+                yield record
 
 
 def _fmt(value) -> str:
@@ -208,7 +236,28 @@ def _fmt(value) -> str:
     return f"{value:.3f}"
 
 
-def render(figures: dict[tuple[str, str], dict]) -> str:
+def _spread_cell(values: list[float], fmt) -> str:
+    """The median, and with several rounds its min-max in brackets."""
+    median = fmt(statistics.median(values))
+    if len(values) < 2:
+        return median
+    return f"{median} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _round_ratios(top: list[dict], bottom: list[dict]) -> list[float]:
+    """Round k's numerator over round k's denominator, for the rounds both have."""
+    return [t["value"] / b["value"] for t, b in zip(top, bottom, strict=False) if b["value"]]
+
+
+def _withheld(*rounds: list[dict]) -> bool:
+    return any(r.get("_busy") for records in rounds for r in records)
+
+
+def render(figures: dict[tuple[str, str], list[dict]]) -> str:
     impls = [i for i in (OURS, PEER) if any(k[0] == i for k in figures)]
     impls += sorted({k[0] for k in figures} - set(impls))
     lines = [
@@ -217,39 +266,57 @@ def render(figures: dict[tuple[str, str], dict]) -> str:
     ]
     peaks = sorted({k[1] for k in figures if k[1].startswith(PEAK_RSS)})
     for name in (*FIGURES, *peaks):
-        row = [figures.get((impl, name)) for impl in impls]
+        row = [figures.get((impl, name), []) for impl in impls]
         if not any(row):
             continue
-        unit = next(r["unit"] for r in row if r)
-        values = [r["value"] if r else None for r in row]
-        ratio = ""
-        if len(values) >= 2 and values[0] and values[1] and unit.endswith("/s"):
-            withheld = any(r.get("_busy") for r in row[:2])
-            ratio = "busy" if withheld else f"{values[0] / values[1]:.2f}x"
-        label = f"`{PEAK_RSS}`{name[len(PEAK_RSS) :]}" if name in peaks else f"`{name}`"
-        lines.append(
-            f"| {label} | {unit} | " + " | ".join(_fmt(v) for v in values) + f" | {ratio} |"
-        )
+        lines.append(_figure_line(name, row, name in peaks))
     lines += ["", "| target | measured | needed | met |", "|---|---|---|---|"]
-    for text, num, den, target, kind in TARGETS:
-        top = figures.get(num)
-        bottom = figures.get(den) if den else None
-        if top is None or (den and bottom is None):
-            lines.append(f"| {text} | not measured | {_need(target, kind, den)} | |")
-            continue
-        value = top["value"] / bottom["value"] if den else top["value"]
-        met = value >= target if kind == "min" else value <= target
-        shown = f"{value:.2f}x" if den else f"{value:.3f}"
-        if any(r.get("_busy") for r in (top, bottom) if r):
-            shown, verdict = "withheld (busy)", ""
-        else:
-            verdict = "yes" if met else "no"
-        lines.append(f"| {text} | {shown} | {_need(target, kind, den)} | {verdict} |")
+    for target in TARGETS:
+        lines.append(_target_line(figures, *target))
     return "\n".join(lines + _busy_notes(figures)) + "\n"
 
 
+def _figure_line(name: str, row: list[list[dict]], peak: bool) -> str:
+    unit = next(records[0]["unit"] for records in row if records)
+    cells = [
+        _spread_cell([r["value"] for r in records], _fmt) if records else "" for records in row
+    ]
+    ratio = ""
+    if len(row) >= 2 and unit.endswith("/s"):
+        ratios = _round_ratios(row[0], row[1])
+        if ratios and all(ratios):
+            ratio = "busy" if _withheld(row[0], row[1]) else _spread_cell(ratios, _ratio)
+    label = f"`{PEAK_RSS}`{name[len(PEAK_RSS) :]}" if peak else f"`{name}`"
+    return f"| {label} | {unit} | " + " | ".join(cells) + f" | {ratio} |"
+
+
+def _target_line(figures, text: str, num, den, target: float, kind: str) -> str:
+    top = figures.get(num, [])
+    bottom = figures.get(den, []) if den else []
+    values = _round_ratios(top, bottom) if den else [r["value"] for r in top]
+    if not values:
+        return f"| {text} | not measured | {_need(target, kind, den)} | |"
+    if _withheld(top, bottom):
+        return f"| {text} | withheld (busy) | {_need(target, kind, den)} |  |"
+    shown = _spread_cell(values, _ratio if den else (lambda v: f"{v:.3f}"))
+    clears = [v >= target if kind == "min" else v <= target for v in values]
+    median = statistics.median(values)
+    if all(clears):
+        verdict = "yes"
+    elif (median >= target) if kind == "min" else (median <= target):
+        verdict = "unsettled"
+    else:
+        verdict = "no"
+    return f"| {text} | {shown} | {_need(target, kind, den)} | {verdict} |"
+
+
 def _busy_notes(figures: dict[tuple[str, str], dict]) -> list[str]:
-    runs = {(b["file"], b["load"], b["cpus"]) for r in figures.values() if (b := r.get("_busy"))}
+    runs = {
+        (b["file"], b["load"], b["cpus"])
+        for records in figures.values()
+        for r in records
+        if (b := r.get("_busy"))
+    }
     if not runs:
         return []
     return [""] + [

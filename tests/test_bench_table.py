@@ -150,3 +150,33 @@ def test_ratios_from_a_run_started_on_a_busy_machine_are_withheld(tmp_path, caps
     assert table.main([ours, peer]) == 0
     out = capsys.readouterr().out
     assert "| 1.10x |" in out and "busy" not in out and "Withheld" not in out
+
+
+def test_rounds_pair_side_by_side_and_a_target_needs_its_whole_spread(tmp_path, capsys):
+    ours, peer = [600.0, 700.0, 800.0], [500.0, 700.0, 400.0]
+    files = []
+    for k, (a, b) in enumerate(zip(ours, peer, strict=True)):  # A B A B A B, as side_by_side.sh
+        files.append(
+            _write(tmp_path / f"jax_{k}.jsonl", [fig(table.OURS, "train_tokens_per_s", a)])
+        )
+        files.append(
+            _write(tmp_path / f"torch_{k}.jsonl", [fig(table.PEER, "train_tokens_per_s", b)])
+        )
+    assert table.main(files) == 0
+    out = capsys.readouterr().out
+    # Round ratios 1.2, 1.0, 2.0: median 1.2, not median/median (700 / 500 = 1.4).
+    row = "| `train_tokens_per_s` | tokens/s | 700.0 (600.0-800.0) | 500.0 (400.0-700.0) |"
+    assert f"{row} 1.20x (1.00x-2.00x) |" in out
+    assert (
+        "| training tokens/s vs MarianMT (milestone) | 1.20x (1.00x-2.00x) | >= 1x | yes |" in out
+    )
+    goal = "| training tokens/s vs MarianMT (goal) | 1.20x (1.00x-2.00x) | >= 1.2x | unsettled |"
+    assert goal in out
+    files[-1] = _write(tmp_path / "torch_2.jsonl", [fig(table.PEER, "train_tokens_per_s", 900.0)])
+    assert table.main(files) == 0  # ratios 1.2, 1.0, 0.89: the median 1.0 misses the goal
+    out = capsys.readouterr().out
+    assert "| training tokens/s vs MarianMT (goal) | 1.00x (0.89x-1.20x) | >= 1.2x | no |" in out
+    assert (
+        "| training tokens/s vs MarianMT (milestone) | 1.00x (0.89x-1.20x) | >= 1x | unsettled |"
+        in out
+    )

@@ -212,17 +212,40 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    jax, torch, real, table = proc.stdout.splitlines()
-    assert jax.startswith("py -m benchmarks.throughput --config configs/bench_base.py")
-    assert "--what train,pipeline,decode" in jax and "--config.data.path=data/m" in jax
-    assert jax.endswith(f"> {tmp_path}/jax.jsonl")
-    assert (
-        torch
-        == f"py -m benchmarks.compare_torch --decode-lengths 64 --json > {tmp_path}/torch.jsonl"
+    *runs, table = proc.stdout.splitlines()
+    assert len(runs) == 9  # three rounds (the default), alternating the scripts A B C A B C
+    for round_, (jax, torch, real) in enumerate(zip(*[iter(runs)] * 3, strict=True), 1):
+        assert jax.startswith("py -m benchmarks.throughput --config configs/bench_base.py")
+        assert "--what train,pipeline,decode" in jax and "--config.data.path=data/m" in jax
+        assert jax.endswith(f"> {tmp_path}/jax_{round_}.jsonl")
+        assert torch == (
+            "py -m benchmarks.compare_torch --decode-lengths 64 --json"
+            f" > {tmp_path}/torch_{round_}.jsonl"
+        )
+        assert real.startswith("py -m benchmarks.real_data_speed --workdir runs/r")
+        assert real.endswith(f"> {tmp_path}/real_{round_}.jsonl")
+    files = " ".join(
+        f"{tmp_path}/{n}_{k}.jsonl" for k in (1, 2, 3) for n in ("jax", "torch", "real")
     )
-    assert real.startswith("py -m benchmarks.real_data_speed --workdir runs/r")
-    files = " ".join(f"{tmp_path}/{n}.jsonl" for n in ("jax", "torch", "real"))
     assert table == f"py -m benchmarks.table {files} > {tmp_path}/table.md"
+    one = subprocess.run(
+        ["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
+        cwd=ROOT,
+        env=dict(env, ROUNDS="1"),
+        capture_output=True,
+        text=True,
+    )
+    assert len(one.stdout.splitlines()) == 4
+    for bad in ("0", "x", "-1"):
+        refused = subprocess.run(
+            ["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
+            cwd=ROOT,
+            env=dict(env, ROUNDS=bad),
+            capture_output=True,
+            text=True,
+        )
+        assert refused.returncode == 2 and f"ROUNDS={bad}" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
     without = subprocess.run(
         ["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
         cwd=ROOT,
