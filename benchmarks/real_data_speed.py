@@ -1,5 +1,6 @@
 """Translation speed on real data: a trained run through this project and, with the very same
-weights, through Hugging Face's MarianMTModel (benchmarks/marian_weights.py).
+weights, through Hugging Face's MarianMTModel (benchmarks/marian_weights.py) and through
+CTranslate2 in float32 and int8 (benchmarks/ctranslate2_weights.py).
 
 Usage:
     python -m benchmarks.real_data_speed --workdir RUN [--split test] [--json]
@@ -13,7 +14,9 @@ the same batches: sorted by source length (stable), as the run's Translator batc
 `--batch_size` sentences each. Ours is `Translator.translate_ids` (the path eval.py takes);
 the peer is `generate()` under `torch.inference_mode()`, float32, eager.
 
-Figures (impl 'jax-transformer' = ours, 'torch-marian' = the peer):
+Figures (impl 'jax-transformer' = ours, 'torch-marian' = the peer, 'ctranslate2-float32' and
+'ctranslate2-int8' = CTranslate2 on the same batches, its threads the machine's cores, each
+batch with its longest sentence's limit as the peer's):
 
 - `setup`: versions, cores, threads, the 1-minute load average before the benchmark started
   (`loadavg_1m_before`) and the model's size and settings.
@@ -24,10 +27,11 @@ Figures (impl 'jax-transformer' = ours, 'torch-marian' = the peer):
   `output_tokens` counts the ids each side emitted (EOS not counted).
 - `<mode>_bleu`: sacreBLEU of each implementation's translations against the references
   (transformer.scoring.metrics, as eval.py scores).
-- `<mode>_agreement` (impl torch-marian): the share of sentences whose output ids equal ours
-  token for token (up to EOS), with `agree_up_to_own_limit` beside it (see the length limit
-  below). Greedy should give 1.0 for the latter but for near-ties of the argmax that float
-  rounding breaks differently; beam4 need not (HF's length penalty is len ** alpha, ours
+- `<mode>_agreement` (impl torch-marian and each CTranslate2 precision): the share of
+  sentences whose output ids equal ours token for token (up to EOS), with
+  `agree_up_to_own_limit` beside it (see the length limit below). Greedy should give 1.0
+  for the latter but for near-ties of the argmax that float rounding (or int8) breaks
+  differently; beam4 need not (HF's and CTranslate2's length penalty is len ** alpha, ours
   GNMT's ((5 + len) / 6) ** alpha, so the hypotheses are ranked differently).
 - `<mode>_speed_ratio`: ours over the peer's sentences/s, printed only when the load average
   before the benchmark was at most half the cores (otherwise a note on stderr says why not).
@@ -54,10 +58,11 @@ import dataclasses
 import math
 import os
 import sys
+import tempfile
 
 import numpy as np
 
-from benchmarks import marian_weights
+from benchmarks import ctranslate2_weights, marian_weights
 from benchmarks.common import (
     MAX_BACKGROUND_LOAD_PER_CORE,
     busy,
@@ -70,6 +75,7 @@ from transformer.common.machine import describe_machine
 from transformer.common.special_ids import PAD_ID
 
 OURS, PEER = "jax-transformer", "torch-marian"
+ENGINE = "ctranslate2"  # impls ctranslate2-float32 and ctranslate2-int8
 MODES = ("greedy", "beam4")
 BEAM_SIZE = 4
 
@@ -192,26 +198,65 @@ def _generate_batch(hf, id_lists, chunk, max_new_tokens: int, kwargs) -> list[li
     return marian_weights.generated_ids(out.numpy())
 
 
-def run_peer(hf, settings, max_len: int, mode: str, corpus: Corpus, repeats: int) -> Outputs:
-    """generate() over the same batches as ours, each with its longest sentence's limit: one
-    untimed batch, then the median of `repeats` timed passes."""
+def run_batched(batch_fn, settings, max_len: int, corpus: Corpus, repeats: int) -> Outputs:
+    """batch_fn(chunk, limit) -> ids per sentence, over the same batches as ours, each with its
+    longest sentence's limit: one untimed batch, then the median of `repeats` timed passes."""
     chunks = batches(corpus.id_lists, settings.batch_size)
-    kwargs = _generate_kwargs(settings, mode)
     lengths = [len(x) for x in corpus.id_lists]
     limits = [row_limit(settings, max_len, max(lengths[i] for i in c)) for c in chunks]
-    _generate_batch(hf, corpus.id_lists, chunks[0], limits[0], kwargs)
+    batch_fn(chunks[0], limits[0])
     results = []
 
     def translate():
         ids: list = [None] * len(corpus.id_lists)
         for chunk, limit in zip(chunks, limits, strict=True):
-            outputs = _generate_batch(hf, corpus.id_lists, chunk, limit, kwargs)
-            for i, out in zip(chunk, outputs, strict=True):
+            for i, out in zip(chunk, batch_fn(chunk, limit), strict=True):
                 ids[i] = out
         return ids
 
     seconds, _ = median_time(translate, warmup=0, repeats=repeats, sync=results.append)
     return Outputs(results[-1], seconds)
+
+
+def run_peer(hf, settings, max_len: int, mode: str, corpus: Corpus, repeats: int) -> Outputs:
+    """generate() over our batches (run_batched)."""
+    kwargs = _generate_kwargs(settings, mode)
+
+    def batch_fn(chunk, limit):
+        return _generate_batch(hf, corpus.id_lists, chunk, limit, kwargs)
+
+    return run_batched(batch_fn, settings, max_len, corpus, repeats)
+
+
+def run_engine(engine, settings, max_len: int, mode: str, corpus: Corpus, repeats) -> Outputs:
+    """CTranslate2's translate_batch over our batches (run_batched), under our length rule
+    (ctranslate2_weights.search_options) with the batch's longest sentence's limit."""
+    beam = BEAM_SIZE if mode == "beam4" else 1
+    extra = {"length_penalty": settings.length_penalty} if mode == "beam4" else {}
+
+    def batch_fn(chunk, limit):
+        options = {**ctranslate2_weights.search_options(limit, beam), **extra}
+        if settings.min_len:
+            options["min_decoding_length"] = settings.min_len
+        sources = [[ctranslate2_weights.token(t) for t in corpus.id_lists[i]] for i in chunk]
+        results = engine.translate_batch(sources, **options)
+        return [ctranslate2_weights.ids_of(r.hypotheses[0]) for r in results]
+
+    return run_batched(batch_fn, settings, max_len, corpus, repeats)
+
+
+def load_engines(run, directory: str) -> dict:
+    """{impl: ctranslate2.Translator} of the run at each precision, its threads the cores'."""
+    import ctranslate2
+
+    engines = {}
+    for quantization in ctranslate2_weights.QUANTIZATIONS:
+        path = os.path.join(directory, quantization)
+        ctranslate2_weights.save_ctranslate2(run.model_cfg, run.params, path, quantization)
+        engines[f"{ENGINE}-{quantization}"] = ctranslate2.Translator(
+            path, device="cpu", inter_threads=1, intra_threads=os.cpu_count() or 1
+        )
+    return engines
 
 
 def bleu(run, corpus: Corpus, ids: list[list[int]]) -> float:
@@ -242,44 +287,36 @@ def agreement(settings, max_len: int, corpus: Corpus, ours: Outputs, peer: Outpu
     }
 
 
-def report_mode(run, hf, mode: str, corpus: Corpus, args, ratios_allowed: bool) -> None:
+def report_mode(run, hf, engines, mode: str, corpus: Corpus, args, ratios_allowed) -> None:
     from transformer.inference.translator import Translator
 
     settings = decode_settings(run, mode, args.batch_size)
     translator = Translator(run.graphdef, run.model_cfg, settings, None, None)
     ours = run_ours(translator, run.params, corpus, args.repeats)
     max_len = run.model_cfg.max_len
-    peer = run_peer(hf, settings, max_len, mode, corpus, args.repeats)
+    others = {PEER: run_peer(hf, settings, max_len, mode, corpus, args.repeats)}
+    for impl, engine in engines.items():
+        others[impl] = run_engine(engine, settings, max_len, mode, corpus, args.repeats)
     n = len(corpus.id_lists)
     common = dict(mode=mode, sentences=n, batch_size=args.batch_size, repeats=args.repeats)
-    for impl, outputs in ((OURS, ours), (PEER, peer)):
-        tokens = sum(len(x) for x in outputs.ids)
+    for impl, outputs in ((OURS, ours), *others.items()):
+        _emit_outputs(run, corpus, impl, outputs, args, common)
+    for impl, outputs in others.items():
+        same = agreement(settings, max_len, corpus, ours, outputs)
         emit(
-            f"{mode}_sentences_per_s",
-            n / outputs.seconds,
-            "sentences/s",
+            f"{mode}_agreement",
+            same.pop("value"),
+            "fraction",
             impl,
             args.json,
-            seconds=round(outputs.seconds, 4),
-            output_tokens=tokens,
+            vs=OURS,
+            **same,
             **common,
         )
-        emit(f"{mode}_bleu", bleu(run, corpus, outputs.ids), "BLEU", impl, args.json, **common)
-    same = agreement(settings, max_len, corpus, ours, peer)
-    emit(
-        f"{mode}_agreement",
-        same.pop("value"),
-        "fraction",
-        PEER,
-        args.json,
-        vs=OURS,
-        **same,
-        **common,
-    )
     if ratios_allowed:
         emit(
             f"{mode}_speed_ratio",
-            peer.seconds / ours.seconds,
+            others[PEER].seconds / ours.seconds,
             "x",
             OURS,
             args.json,
@@ -288,13 +325,32 @@ def report_mode(run, hf, mode: str, corpus: Corpus, args, ratios_allowed: bool) 
         )
 
 
+def _emit_outputs(run, corpus: Corpus, impl: str, outputs: Outputs, args, common) -> None:
+    n = len(corpus.id_lists)
+    emit(
+        f"{common['mode']}_sentences_per_s",
+        n / outputs.seconds,
+        "sentences/s",
+        impl,
+        args.json,
+        seconds=round(outputs.seconds, 4),
+        output_tokens=sum(len(x) for x in outputs.ids),
+        **common,
+    )
+    emit(
+        f"{common['mode']}_bleu", bleu(run, corpus, outputs.ids), "BLEU", impl, args.json, **common
+    )
+
+
 def setup_info(run, hf, corpus: Corpus, load_before: float) -> dict:
+    import ctranslate2
     import jax
     import torch
     import transformers
 
     s = run.translator.settings
     return {
+        "ctranslate2": ctranslate2.__version__,
         "cpus": os.cpu_count(),
         "machine": describe_machine(jax.default_backend()),
         "jax": jax.__version__,
@@ -334,8 +390,10 @@ def benchmark(args, load_before: float) -> None:
             file=sys.stderr,
             flush=True,
         )
-    for mode in args.what:
-        report_mode(run, hf, mode, corpus, args, ratios_allowed)
+    with tempfile.TemporaryDirectory() as directory:
+        engines = load_engines(run, directory)
+        for mode in args.what:
+            report_mode(run, hf, engines, mode, corpus, args, ratios_allowed)
     emit(
         "peak_rss_mib",
         round(peak_rss_mib(), 1),

@@ -2,7 +2,8 @@
 # The CPU benchmarks side by side in one run, then the table with the targets:
 #   1. benchmarks/throughput.py: this project's training step, decoding (64 tokens, cached and
 #      uncached) and, with DATA, the real-data pipeline figures (configs/bench_base.py);
-#   2. benchmarks/compare_torch.py: Hugging Face MarianMT at the same sizes (the bench extra);
+#   2. benchmarks/compare_torch.py: Hugging Face MarianMT at the same sizes (the bench extra),
+#      and benchmarks/compare_ctranslate2.py: CTranslate2 on our weights, float32 and int8;
 #   3. with RUN, benchmarks/real_data_speed.py: a trained Post-LN, sinusoidal run's test split
 #      translated by this project and by MarianMTModel holding the same weights;
 #   4. benchmarks/table.py over all the files, into OUT_DIR/table.md.
@@ -80,6 +81,9 @@ for (( round = 1; round <= ROUNDS; round++ )); do
         --nocache_lengths 64 "${data_flag[@]}" --json
     step "$OUT_DIR/torch_$round.jsonl" "$PYTHON" -m benchmarks.compare_torch \
         --decode-lengths 64 --json
+    files+=("$OUT_DIR/ct2_$round.jsonl")
+    step "$OUT_DIR/ct2_$round.jsonl" "$PYTHON" -m benchmarks.compare_ctranslate2 \
+        --decode_lengths 64 --json
     if [[ -n "${RUN:-}" ]]; then
         files+=("$OUT_DIR/real_$round.jsonl")
         step "$OUT_DIR/real_$round.jsonl" "$PYTHON" -m benchmarks.real_data_speed \

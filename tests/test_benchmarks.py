@@ -213,8 +213,8 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     *runs, table = proc.stdout.splitlines()
-    assert len(runs) == 9  # three rounds (the default), alternating the scripts A B C A B C
-    for round_, (jax, torch, real) in enumerate(zip(*[iter(runs)] * 3, strict=True), 1):
+    assert len(runs) == 12  # three rounds (the default), alternating the scripts A B C D A ...
+    for round_, (jax, torch, ct2, real) in enumerate(zip(*[iter(runs)] * 4, strict=True), 1):
         assert jax.startswith("py -m benchmarks.throughput --config configs/bench_base.py")
         assert "--what train,pipeline,decode" in jax and "--config.data.path=data/m" in jax
         assert jax.endswith(f"> {tmp_path}/jax_{round_}.jsonl")
@@ -222,10 +222,14 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
             "py -m benchmarks.compare_torch --decode-lengths 64 --json"
             f" > {tmp_path}/torch_{round_}.jsonl"
         )
+        assert ct2 == (
+            "py -m benchmarks.compare_ctranslate2 --decode_lengths 64 --json"
+            f" > {tmp_path}/ct2_{round_}.jsonl"
+        )
         assert real.startswith("py -m benchmarks.real_data_speed --workdir runs/r")
         assert real.endswith(f"> {tmp_path}/real_{round_}.jsonl")
     files = " ".join(
-        f"{tmp_path}/{n}_{k}.jsonl" for k in (1, 2, 3) for n in ("jax", "torch", "real")
+        f"{tmp_path}/{n}_{k}.jsonl" for k in (1, 2, 3) for n in ("jax", "torch", "ct2", "real")
     )
     assert table == f"py -m benchmarks.table {files} > {tmp_path}/table.md"
     one = subprocess.run(
@@ -235,7 +239,7 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert len(one.stdout.splitlines()) == 4
+    assert len(one.stdout.splitlines()) == 5
     for bad in ("0", "x", "-1"):
         refused = subprocess.run(
             ["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],

@@ -102,3 +102,37 @@ def test_configs_ctranslate2_cannot_hold_are_refused_by_name(tmp_path):
         ct2w.save_ctranslate2(cfg, random_model(cfg)[1], str(tmp_path / "m"))
     with pytest.raises(ValueError, match="quantization='int4'"):
         ct2w.save_ctranslate2(post_ln_config(), None, str(tmp_path / "m"), "int4")
+
+
+@pytest.mark.slow
+def test_compare_ctranslate2_reports_each_precision_at_forced_length(capsys):
+    import json
+
+    from benchmarks import compare_ctranslate2
+
+    argv = ["--decode_lengths", "3", "--repeats", "1", "--decode_modes", "greedy,beam4", "--json"]
+    assert compare_ctranslate2.main(argv) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_key = {(r["impl"], r["figure"]): r for r in records}
+    for precision in ct2w.QUANTIZATIONS:
+        impl = f"ctranslate2-{precision}"
+        greedy = by_key[(impl, "decode_greedy_tokens_per_s_3")]
+        beam = by_key[(impl, "decode_beam4_sentences_per_s_3")]
+        assert greedy["value"] == pytest.approx(32 * 3 / greedy["call_s"], rel=1e-3)
+        assert beam["value"] == pytest.approx(32 / beam["call_s"], rel=1e-3)
+        assert by_key[(impl, "setup")]["ctranslate2"] == ctranslate2.__version__
+        assert by_key[(impl, "peak_rss_mib")]["value"] > 0
+
+
+def test_compare_ctranslate2_refuses_unknown_choices(capsys):
+    from benchmarks import compare_ctranslate2
+
+    for flag, value in (
+        ("--precisions", "int4"),
+        ("--decode_modes", "topk"),
+        ("--decode_lengths", "x"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            compare_ctranslate2.parse_args([flag, value])
+        assert exit_info.value.code == 2
+        assert f"{flag} {value!r}" in capsys.readouterr().err
