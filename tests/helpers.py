@@ -103,3 +103,25 @@ def fast_subset(cases, fast) -> list:
 
 def _as_tuple(case):
     return case if isinstance(case, tuple) else (case,)
+
+
+def cached_logits(model, src, tgt_in):
+    """Feeds tgt_in one token at a time through the KV cache; returns [B, T, V]."""
+    import jax.numpy as jnp
+
+    segments = (src != 0).astype(jnp.int32)
+    encoded = model.encode(src, src_segments=segments)
+    cross = model.cross_kv(encoded)
+    cache = model.init_cache(src.shape[0], tgt_in.shape[1] + 2)
+    steps = []
+    for i in range(tgt_in.shape[1]):
+        logits, cache = model.decode(
+            None,
+            segments,
+            tgt_in[:, i : i + 1],
+            cross_kv=cross,
+            cache=cache,
+            cache_index=jnp.int32(i),
+        )
+        steps.append(logits)
+    return jnp.concatenate(steps, axis=1)

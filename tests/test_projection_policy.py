@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.helpers import tiny_model_config
+from tests.helpers import cached_logits, tiny_model_config
 from transformer import Transformer
 from transformer.common.errors import UserError
 from transformer.inference.translator import DecodeSettings, Prepared, Translator
@@ -38,22 +38,10 @@ def _decode(graphdef, params, policy, *, cached: bool):
     m = nnx.merge(graphdef, params)
     if policy is not None:
         m = decoding_network(m, policy)
+    if cached:
+        return cached_logits(m, SRC, TGT)
     encoded = m.encode(SRC, src_segments=SEGMENTS)
-    cross_kv = m.cross_kv(encoded)
-    if not cached:
-        return m.decode(encoded, SEGMENTS, TGT, cross_kv=cross_kv)[0]
-    cache, steps = m.init_cache(SRC.shape[0], TGT.shape[1]), []
-    for i in range(TGT.shape[1]):
-        logits, cache = m.decode(
-            encoded,
-            SEGMENTS,
-            TGT[:, i : i + 1],
-            cross_kv=cross_kv,
-            cache=cache,
-            cache_index=jnp.asarray(i),
-        )
-        steps.append(logits)
-    return jnp.concatenate(steps, axis=1)
+    return m.decode(encoded, SEGMENTS, TGT, cross_kv=m.cross_kv(encoded))[0]
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.helpers import fast_subset, run, tiny_config
+from tests.helpers import cached_logits, fast_subset, run, tiny_config
 from transformer import ModelConfig, Transformer
 from transformer.common.special_ids import BOS_ID, EOS_ID
 from transformer.inference.translator import DecodeSettings, Translator
@@ -20,26 +20,6 @@ from transformer.training.steps import init_state
 
 SRC = jnp.array([[5, 6, 7, 8, 9, 3, 0, 0], [10, 11, 3, 0, 0, 0, 0, 0]], jnp.int32)
 TGT_IN = jnp.array([[2, 12, 13, 14, 15, 16], [2, 17, 18, 19, 20, 21]], jnp.int32)
-
-
-def cached_logits(model, src, tgt_in):
-    """Feeds tgt_in one token at a time through the KV cache; returns [B, T, V]."""
-    segments = (src != 0).astype(jnp.int32)
-    encoded = model.encode(src, src_segments=segments)
-    cross = model.cross_kv(encoded)
-    cache = model.init_cache(src.shape[0], tgt_in.shape[1] + 2)
-    steps = []
-    for i in range(tgt_in.shape[1]):
-        logits, cache = model.decode(
-            None,
-            segments,
-            tgt_in[:, i : i + 1],
-            cross_kv=cross,
-            cache=cache,
-            cache_index=jnp.int32(i),
-        )
-        steps.append(logits)
-    return jnp.concatenate(steps, axis=1)
 
 
 @pytest.mark.parametrize(
