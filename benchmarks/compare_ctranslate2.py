@@ -29,11 +29,10 @@ import tempfile
 
 from benchmarks import common
 from benchmarks.common import emit, median_time, peak_rss_mib, spread
-from benchmarks.ctranslate2_weights import QUANTIZATIONS, ids_of, save_ctranslate2, token
+from benchmarks.ctranslate2_weights import QUANTIZATIONS, ids_of, load_translators, token
 from transformer.common.errors import UserError, report_user_error
 from transformer.common.machine import describe_machine
 
-ENGINE = "ctranslate2"
 SEED = 1  # benchmarks/experiments/decode_setup's sources: the ones throughput.py decodes
 # mode -> translate_batch options besides the forced length.
 MODE_OPTIONS = {
@@ -78,7 +77,6 @@ def _choices(p, text: str, allowed, flag: str) -> list[str]:
 
 def build_engines(config, precisions, threads: int, directory: str):
     """(model config, sources [B, S] as token lists, {impl: ctranslate2.Translator})."""
-    import ctranslate2
     from flax import nnx
 
     from transformer.data import EOS_ID
@@ -90,12 +88,7 @@ def build_engines(config, precisions, threads: int, directory: str):
     rows, s_len = int(config.decode.batch_size), int(config.data.max_source_len)
     src = common.random_sources(SEED, rows, s_len, model_cfg.vocab_size, EOS_ID)
     sources = [[token(int(i)) for i in row] for row in src]
-    engines = {}
-    for precision in precisions:
-        path = save_ctranslate2(model_cfg, params, os.path.join(directory, precision), precision)
-        engines[f"{ENGINE}-{precision}"] = ctranslate2.Translator(
-            path, device="cpu", inter_threads=1, intra_threads=threads
-        )
+    engines = load_translators(model_cfg, params, precisions, directory, threads)
     return model_cfg, sources, engines
 
 

@@ -28,6 +28,7 @@ from transformer.common.special_ids import BOS_ID, EOS_ID, UNK_ID
 
 # Our activation name -> CTranslate2's Activation member computing the same function.
 CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh"}
+ENGINE = "ctranslate2"  # the benchmarks' impl names: ctranslate2-float32, ctranslate2-int8
 # CTranslate2's weight types for the two precisions the benchmarks compare.
 QUANTIZATIONS = ("float32", "int8")
 
@@ -149,3 +150,17 @@ def search_options(limit: int, beam_size: int = 1) -> dict:
     token), and our search forces EOS at the limit, which CTranslate2 expresses by stopping
     one token earlier (its outputs carry no EOS)."""
     return dict(beam_size=beam_size, min_decoding_length=0, max_decoding_length=limit - 1)
+
+
+def load_translators(model_cfg, params: Any, precisions, directory: str, threads: int) -> dict:
+    """{'ctranslate2-<precision>': ctranslate2.Translator} of our parameters, each written
+    into directory/<precision>; one translation at a time (inter_threads 1) on `threads`."""
+    import ctranslate2
+
+    translators = {}
+    for precision in precisions:
+        path = save_ctranslate2(model_cfg, params, os.path.join(directory, precision), precision)
+        translators[f"{ENGINE}-{precision}"] = ctranslate2.Translator(
+            path, device="cpu", inter_threads=1, intra_threads=threads
+        )
+    return translators

@@ -75,7 +75,6 @@ from transformer.common.machine import describe_machine
 from transformer.common.special_ids import PAD_ID
 
 OURS, PEER = "jax-transformer", "torch-marian"
-ENGINE = "ctranslate2"  # impls ctranslate2-float32 and ctranslate2-int8
 MODES = ("greedy", "beam4")
 BEAM_SIZE = 4
 
@@ -245,20 +244,6 @@ def run_engine(engine, settings, max_len: int, mode: str, corpus: Corpus, repeat
     return run_batched(batch_fn, settings, max_len, corpus, repeats)
 
 
-def load_engines(run, directory: str) -> dict:
-    """{impl: ctranslate2.Translator} of the run at each precision, its threads the cores'."""
-    import ctranslate2
-
-    engines = {}
-    for quantization in ctranslate2_weights.QUANTIZATIONS:
-        path = os.path.join(directory, quantization)
-        ctranslate2_weights.save_ctranslate2(run.model_cfg, run.params, path, quantization)
-        engines[f"{ENGINE}-{quantization}"] = ctranslate2.Translator(
-            path, device="cpu", inter_threads=1, intra_threads=os.cpu_count() or 1
-        )
-    return engines
-
-
 def bleu(run, corpus: Corpus, ids: list[list[int]]) -> float:
     from transformer.scoring import metrics
 
@@ -391,7 +376,13 @@ def benchmark(args, load_before: float) -> None:
             flush=True,
         )
     with tempfile.TemporaryDirectory() as directory:
-        engines = load_engines(run, directory)
+        engines = ctranslate2_weights.load_translators(
+            run.model_cfg,
+            run.params,
+            ctranslate2_weights.QUANTIZATIONS,
+            directory,
+            os.cpu_count() or 1,
+        )
         for mode in args.what:
             report_mode(run, hf, engines, mode, corpus, args, ratios_allowed)
     emit(
