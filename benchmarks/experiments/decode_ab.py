@@ -13,7 +13,8 @@ tokens), each arm is compiled and called once, then --rounds rounds call every a
 an order rotated each round. Figures per mode and arm: `decode_ab_call_s` (the median call
 over the rounds, with min/max) and `decode_ab_speedup`, the first arm's median over this
 arm's (above 1: faster), with `tokens_agree`, the share of output tokens equal to the first
-arm's. A one-off timing run on a machine whose speed drifts (a shared VM) can differ by 20%
+arm's, and `compile_s`, the seconds its program took to compile (weight copies included).
+A one-off timing run on a machine whose speed drifts (a shared VM) can differ by 20%
 between two runs of one program; alternating arms cancels that drift, which one run per arm
 cannot.
 """
@@ -83,15 +84,17 @@ def arm_label(overrides: dict) -> str:
 
 
 def build_calls(config, mode: str, length: int, arms: list[dict]):
-    """One zero-argument call per arm running its compiled decoder on the same sources and
-    parameters; each returns the output tokens [B, R, length]."""
+    """(calls, compile seconds): one zero-argument call per arm running its compiled decoder
+    on the same sources and parameters, each returning the output tokens [B, R, length]."""
     setup = decode_setup(config, mode, length)
-    calls = []
+    calls, compile_s = [], []
     for overrides in arms:
         settings = dataclasses.replace(setup.settings, **typed_overrides(setup.settings, overrides))
+        start = time.perf_counter()
         call, _ = setup.compile(settings)
+        compile_s.append(time.perf_counter() - start)
         calls.append(lambda call=call: call()[0].block_until_ready())
-    return calls
+    return calls, compile_s
 
 
 def interleaved_times(calls, rounds: int) -> list[list[float]]:
@@ -133,7 +136,7 @@ def main(_argv) -> None:
         arms=[arm_label(a) for a in arms],
     )
     for mode in FLAGS.modes:
-        calls = build_calls(config, mode, FLAGS.decode_len, arms)
+        calls, compile_s = build_calls(config, mode, FLAGS.decode_len, arms)
         outputs = [np.asarray(call()) for call in calls]
         medians = []
         for i, seconds in enumerate(interleaved_times(calls, FLAGS.rounds)):
@@ -158,6 +161,7 @@ def main(_argv) -> None:
                 FLAGS.json,
                 arm=label,
                 tokens_agree=round(agree, 4),
+                compile_s=round(compile_s[i], 2),
             )
     common.emit("loadavg_end", round(os.getloadavg()[0], 2), "-", "decode_ab", FLAGS.json)
 

@@ -16,9 +16,11 @@ from jax import lax
 from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID
 from transformer.inference.filters import FilterChain
 from transformer.inference.search import (
+    CacheGrowth,
     TokensToLogits,
     call_tokens_to_logits,
     check_max_len,
+    growing_loop,
     num_rows,
     row_limits,
 )
@@ -245,6 +247,10 @@ def _best_hypotheses(s: BeamState, alpha, n_best: int) -> BeamOutput:
     return BeamOutput(tokens[:, :n_best], lengths[:, :n_best], scores[:, :n_best])
 
 
+def _running(s: BeamState) -> jax.Array:
+    return (s.step < s.live_seqs.shape[2]) & ~jnp.all(s.done)
+
+
 def beam_search(
     tokens_to_logits: TokensToLogits,
     cache: Any,
@@ -259,6 +265,7 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
+    growth: CacheGrowth | None = None,
     return_cache: bool = False,
 ) -> BeamOutput | tuple[BeamOutput, Any]:
     """Beam search with GNMT length penalty, separate live/finished sets and early stopping.
@@ -284,6 +291,8 @@ def beam_search(
         log-probs and skips the sampling-only ones (temperature, top-k, top-p).
       alpha: length-penalty exponent (Python float or traced scalar); 0 = plain log-prob.
       n_best: number of hypotheses returned per element (1 <= n_best <= beam_size).
+      growth: the cache starts ``growth.lengths[0]`` long and grows (search.CacheGrowth), so
+        each step reorders and reads about the filled part of it; None: used as given.
     Returns:
       BeamOutput sorted best first; with ``return_cache=True`` ``(output, final_cache)``.
     """
@@ -299,6 +308,6 @@ def beam_search(
         eos_id=eos_id,
     )
     init = initial_beam_state(cache, batch_size, beam_size, max_len, bos_id, pad_id)
-    final = lax.while_loop(lambda s: (s.step < max_len) & ~jnp.all(s.done), step, init)
+    final = growing_loop(_running, step, init, growth, max_len)
     result = _best_hypotheses(final, alpha, n_best)
     return (result, final.cache) if return_cache else result

@@ -28,10 +28,14 @@ Conventions shared by all decoders:
 * The loop stops as soon as every row has finished (EOS emitted, limit reached or, for beam
   search, early-stopped); rows that finished early are frozen, so a row's output never
   depends on the other rows in the batch.
+* A cache may grow as the output does (:class:`CacheGrowth`): the loop starts with a short
+  cache and lengthens it between segments of steps, so each step reads (and beam search
+  reorders) about the filled part of the cache instead of all ``max_len`` positions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -61,6 +65,55 @@ class SearchOutput(NamedTuple):
     tokens: jax.Array
     lengths: jax.Array
     scores: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheGrowth:
+    """A cache that grows with the output: the loop decides steps while ``step <
+    lengths[0]`` with the cache it is given (``lengths[0]`` positions long), then calls
+    ``grow(cache, length)`` for each next length in turn and decides the steps below it.
+
+    A step at decoder position ``t`` writes slot ``t`` and attends to slots ``<= t``, so a
+    cache of length L serves steps ``0..L-1``; the slots added by ``grow`` are empty, and an
+    attention that masks empty slots gives the same outputs at every length. Each length
+    traces the loop body once more (compile time grows with ``len(lengths)``).
+    ``lengths``: static, increasing, the last one ``max_len`` (:func:`doubling_lengths`).
+    """
+
+    lengths: tuple[int, ...]
+    grow: Callable[[Any, int], Any]
+
+    def __post_init__(self):
+        lengths = self.lengths
+        if not lengths or lengths[0] < 1 or list(lengths) != sorted(set(lengths)):
+            raise ValueError(f"CacheGrowth.lengths must increase from >= 1, got {lengths}")
+
+
+def doubling_lengths(max_len: int, first: int) -> tuple[int, ...]:
+    """Cache lengths ``first, 2 first, 4 first, ...`` then ``max_len``: the cache read at a
+    step is at most twice the filled part (or ``first``). A length within a quarter of
+    ``max_len`` is skipped (a short last segment would cost a compiled body for few steps);
+    ``first <= 0`` or ``>= max_len`` gives the whole cache from the start."""
+    lengths = []
+    n = first
+    while 0 < n and n * 5 < max_len * 4:  # n < 0.8 max_len
+        lengths.append(n)
+        n *= 2
+    return (*lengths, max_len)
+
+
+def growing_loop(cond, body, state, growth: CacheGrowth | None, max_len: int):
+    """``lax.while_loop(cond, body, state)`` over a state with ``step`` and ``cache`` fields,
+    in one segment per cache length of ``growth`` (one segment when None)."""
+    if growth is None:
+        return lax.while_loop(cond, body, state)
+    if growth.lengths[-1] != max_len:
+        raise ValueError(f"CacheGrowth.lengths must end at max_len={max_len}, got {growth.lengths}")
+    for i, length in enumerate(growth.lengths):
+        if i:
+            state = state._replace(cache=growth.grow(state.cache, length))
+        state = lax.while_loop(lambda s, n=length: cond(s) & (s.step < n), body, state)
+    return state
 
 
 class _SampleState(NamedTuple):
@@ -207,7 +260,13 @@ def _initial_sample_state(cache, n: int, max_len: int, bos_id: int, pad_id: int)
     )
 
 
-def _decode(tokens_to_logits, cache, choose, n: int, *, max_len, max_lens, ids, return_cache):
+def _running(s: _SampleState) -> jax.Array:
+    return (s.step < s.out.shape[1]) & ~jnp.all(s.finished)
+
+
+def _decode(
+    tokens_to_logits, cache, choose, n: int, *, max_len, max_lens, ids, growth, return_cache
+):
     """The token loop shared by :func:`sample` and :func:`greedy`; ids = (bos, eos, pad)."""
     bos_id, eos_id, pad_id = ids
     step = functools.partial(
@@ -219,7 +278,7 @@ def _decode(tokens_to_logits, cache, choose, n: int, *, max_len, max_lens, ids, 
         pad_id=pad_id,
     )
     init = _initial_sample_state(cache, n, max_len, bos_id, pad_id)
-    final = lax.while_loop(lambda s: (s.step < max_len) & ~jnp.all(s.finished), step, init)
+    final = growing_loop(_running, step, init, growth, max_len)
     result = SearchOutput(final.out, final.lengths, final.scores)
     return (result, final.cache) if return_cache else result
 
@@ -235,6 +294,7 @@ def sample(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
+    growth: CacheGrowth | None = None,
     return_cache: bool = False,
 ) -> SearchOutput | tuple[SearchOutput, Any]:
     """Ancestral sampling (or greedy decoding) of N independent rows.
@@ -256,6 +316,8 @@ def sample(
 
     Static: ``max_len``, ids, and what the chain's filters hold as Python values (top-k's k
     always). Traced allowed: ``max_lens`` (int32[N]) and the other filter parameters.
+    ``growth``: the cache starts ``growth.lengths[0]`` long and grows (:class:`CacheGrowth`);
+    None: the cache is used as given for every step.
 
     Returns:
       SearchOutput(tokens int32[N, max_len], lengths int32[N], scores float32[N]); with
@@ -277,6 +339,7 @@ def sample(
         max_len=max_len,
         max_lens=max_lens,
         ids=(bos_id, eos_id, pad_id),
+        growth=growth,
         return_cache=return_cache,
     )
 
@@ -291,9 +354,10 @@ def greedy(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
+    growth: CacheGrowth | None = None,
     return_cache: bool = False,
 ) -> SearchOutput | tuple[SearchOutput, Any]:
-    """Greedy (argmax) decoding with model log-prob scores.
+    """Greedy (argmax) decoding with model log-prob scores (``growth``: as in :func:`sample`).
 
     The argmax is taken under the filters that can change it (``FilterChain.constrain``:
     min-length, not temperature/top-k/top-p), so the decode settings' chain serves as is.
@@ -309,5 +373,6 @@ def greedy(
         max_len=max_len,
         max_lens=max_lens,
         ids=(bos_id, eos_id, pad_id),
+        growth=growth,
         return_cache=return_cache,
     )

@@ -35,6 +35,7 @@ from transformer.model.projection_policy import (
     DecodeProjections,
     resolve_layout,
 )
+from transformer.model.transformer import Transformer
 
 STRATEGIES = ("greedy", "sample", "beam")
 # decode.cache_dtype: the self-attention cache and cross-attention keys/values as stored
@@ -63,6 +64,7 @@ class DecodeSettings:
     encoder_quantize: str = "none"
     weight_layout: str = "auto"
     cache_dtype: str = "model"
+    cache_start: int = 16
 
     def __post_init__(self):
         checks = [
@@ -100,6 +102,11 @@ class DecodeSettings:
                 + ", ".join(CACHE_DTYPES),
             ),
             (self.min_len >= 0, f"decode.min_len must be >= 0, got {self.min_len}"),
+            (
+                self.cache_start >= 0,
+                f"decode.cache_start must be >= 0 (0 = the whole cache from the first step), "
+                f"got {self.cache_start}",
+            ),
             (
                 self.max_len_a >= 0 and self.max_len_b >= 0,
                 "decode.max_len_a and decode.max_len_b must be >= 0",
@@ -230,12 +237,22 @@ class Translator:
             return self._beam_search(model, cross_kv, src_segments, max_lens, max_out)
         return self._greedy_or_sample(model, cross_kv, src_segments, max_lens, row_ids, max_out)
 
+    def _growth(self, max_out: int) -> search.CacheGrowth:
+        """The KV cache starts decode.cache_start positions long and doubles as the output
+        grows, so each step attends to (and beam search reorders) about the filled part."""
+        lengths = search.doubling_lengths(max_out, self.settings.cache_start)
+        return search.CacheGrowth(lengths, Transformer.grow_cache)
+
+    def _init_cache(self, model, rows: int, growth: search.CacheGrowth):
+        return model.init_cache(rows, growth.lengths[0], self._cache_dtype)
+
     def _beam_search(self, model, cross_kv, src_segments, max_lens, max_out: int):
         s = self.settings
         b, beam = src_segments.shape[0], s.beam_size
+        growth = self._growth(max_out)
         out = beam_search(
             _decoder_step(model, cross_kv, src_segments),  # per source: shared by its beams
-            model.init_cache(b * beam, max_out, self._cache_dtype),
+            self._init_cache(model, b * beam, growth),
             batch_size=b,
             beam_size=beam,
             max_len=max_out,
@@ -243,6 +260,7 @@ class Translator:
             filters=self.filters,
             alpha=s.length_penalty,
             n_best=s.n_best,
+            growth=growth,
         )
         return out.tokens, out.scores
 
@@ -251,25 +269,19 @@ class Translator:
         b = src_segments.shape[0]
         reps = s.num_samples if s.strategy == "sample" else 1
         callback = _decoder_step(model, cross_kv, src_segments)  # shared by a source's samples
-        cache = model.init_cache(b * reps, max_out, self._cache_dtype)
+        growth = self._growth(max_out)
+        cache = self._init_cache(model, b * reps, growth)
         row_max = search.expand_to_beams(max_lens, reps)
-        filters = self.filters
+        common = dict(max_len=max_out, max_lens=row_max, filters=self.filters, growth=growth)
         if s.strategy == "greedy":
-            out = search.greedy(callback, cache, max_len=max_out, max_lens=row_max, filters=filters)
+            out = search.greedy(callback, cache, **common)
         else:
             # One key per (sentence, sample): results never depend on the batch around them.
             sample_ids = row_ids[:, None] * reps + jnp.arange(reps)[None, :]
             keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(s.seed), i))(
                 sample_ids.reshape(-1)
             )
-            out = search.sample(
-                callback,
-                cache,
-                rngs=keys,
-                max_len=max_out,
-                max_lens=row_max,
-                filters=filters,
-            )
+            out = search.sample(callback, cache, rngs=keys, **common)
         return out.tokens.reshape(b, reps, max_out), out.scores.reshape(b, reps)
 
     # ------------------------------------------------------------------------------ text API

@@ -335,6 +335,17 @@ class Transformer(nnx.Module):
         zeros = jnp.zeros(shape, dtype or _dtype(cfg))
         return [{"k": zeros, "v": zeros} for _ in range(cfg.num_decoder_layers)]
 
+    @staticmethod
+    def grow_cache(cache: Cache, max_len: int) -> Cache:
+        """The cache with empty slots appended up to max_len positions (a
+        `search.CacheGrowth`'s grow): a step masks the slots past its position, so decoding
+        with a cache that grows gives what decoding with the long one from the start does."""
+
+        def grow(a):  # [B, K, L, D] -> [B, K, max_len, D]
+            return jnp.pad(a, ((0, 0), (0, 0), (0, max_len - a.shape[2]), (0, 0)))
+
+        return jax.tree.map(grow, cache)
+
     # ------------------------------------------------------------------------------- forward
 
     def __call__(

@@ -142,4 +142,7 @@ def _decode_section() -> ml_collections.ConfigDict:
     decode.weight_layout = "auto"
     # model | bfloat16: the KV cache and cross-attention keys/values as stored while decoding
     decode.cache_dtype = "model"
+    # The KV cache starts this many positions long and doubles as the output grows, so a
+    # step reads about the filled part (inference/search.py CacheGrowth); 0: whole from the start
+    decode.cache_start = 16
     return decode
