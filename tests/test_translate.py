@@ -291,6 +291,40 @@ def test_decode_cli_shows_no_routine_library_notices(trained_run, tmp_path):
     assert proc.stderr.strip() == "translated 1 lines", proc.stderr  # nothing but our line
 
 
+def test_decode_cli_with_prefix_starts_each_translation_with_it(trained_run, tmp_path):
+    lines = ["The clever boy sees the dog.\tThe red", "", "A red cat sleeps.", "The dog.\tA"]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    args = ["decode.py", "--workdir", trained_run, "--input", str(src), "--output", str(out)]
+    run([*args, "--with_prefix", "--config.decode.strategy=beam"], check=True)
+    decoded = out.read_text(encoding="utf-8").split("\n")
+    assert decoded[0].startswith("The red") and decoded[3].startswith("A")
+    assert decoded[1] == "" and len(decoded) == 5
+    plain = tmp_path / "plain.txt"  # no tab: no prefix, as decoding the bare source
+    (tmp_path / "bare.txt").write_text("A red cat sleeps.\n", encoding="utf-8")
+    bare = ["--input", str(tmp_path / "bare.txt"), "--output", str(plain)]
+    run([*args[:3], *bare, "--config.decode.strategy=beam"], check=True)
+    assert plain.read_text(encoding="utf-8").strip() == decoded[2]
+
+
+def test_eval_prefix_file_starts_each_hypothesis_and_is_checked(trained_run, tmp_path):
+    (tmp_path / "s.txt").write_text("The dog sleeps.\nA red cat sleeps.\n")
+    (tmp_path / "r.txt").write_text("a\nb\n")
+    (tmp_path / "p.txt").write_text("The cat\n\n")
+    (tmp_path / "short.txt").write_text("The cat\n")
+    files = ["--src", str(tmp_path / "s.txt"), "--ref", str(tmp_path / "r.txt")]
+    args = ["eval.py", "--workdir", trained_run, *files, "--name", "prefixed"]
+    proc = run([*args, "--prefix", str(tmp_path / "short.txt")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "has 1 lines for 2 source lines" in proc.stderr.strip().splitlines()[-1]
+    run([*args, "--prefix", str(tmp_path / "p.txt")], check=True)
+    hyp = open(os.path.join(trained_run, "eval", "prefixed.hyp.txt")).read().splitlines()
+    assert hyp[0].startswith("The cat")
+    record = json.load(open(os.path.join(trained_run, "eval", "prefixed.json")))
+    assert record["prefix_file"] == str(tmp_path / "p.txt")
+
+
 def test_evaluate_returns_the_record_it_wrote_and_the_scores(trained_run):
     import transformer.evaluation.evaluator  # noqa: F401 - the module must not shadow the function
     from transformer import Evaluation, evaluate

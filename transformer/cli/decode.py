@@ -4,11 +4,13 @@
         [--output FILE|-] [--config.decode.strategy=greedy|sample|beam]
         [--config.decode.temperature=T --config.decode.top_k=K --config.decode.top_p=P
          --config.decode.beam_size=N --config.decode.length_penalty=A
-         --config.decode.num_samples=S --config.decode.seed=SEED ...]
+         --config.decode.num_samples=S --config.decode.seed=SEED ...] [--with_prefix]
 
 An empty input line gives an empty output line; the same seed gives byte-identical output.
 With n_best > 1 (beam) or num_samples > 1 (sample) each input gives that many lines,
-tab-separated as `index<TAB>score<TAB>text`.
+tab-separated as `index<TAB>score<TAB>text`. With --with_prefix each input line is
+`source<TAB>prefix` and every translation of it starts with the prefix (a line without a tab
+has none).
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ flags.DEFINE_string("checkpoint", "latest", "latest, best (by validation BLEU) o
 flags.DEFINE_string("input", "-", "Input file, one sentence per line; - = stdin.")
 flags.DEFINE_string("output", "-", "Output file; - = stdout.")
 flags.DEFINE_integer("average_last", 1, "Average the parameters of the last N checkpoints.")
+flags.DEFINE_bool(
+    "with_prefix",
+    False,
+    "Input lines are SOURCE<TAB>PREFIX: every translation starts with PREFIX.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -37,7 +44,7 @@ def _main(argv):
         average_last=FLAGS.average_last,
         overrides=config_override_args(argv),
     )
-    stats = translate_stream(run, FLAGS.input, FLAGS.output)
+    stats = translate_stream(run, FLAGS.input, FLAGS.output, with_prefix=FLAGS.with_prefix)
     message = f"translated {stats['lines']} lines"
     if stats["truncated"]:
         message += f"; {stats['truncated']} longer than model.max_len were truncated"

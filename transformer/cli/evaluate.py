@@ -2,7 +2,8 @@
 
     python eval.py --workdir DIR [--checkpoint latest|best|STEP] [--split test]
         [--src FILE --ref FILE] [--average_last N] [--longer_than N|train]
-        [--length_buckets 10,20,30,40] [--score_references] [--config.decode.field=value ...]
+        [--length_buckets 10,20,30,40] [--score_references] [--prefix FILE]
+        [--config.decode.field=value ...]
 
 Translates the whole split (nothing filtered out), detokenizes, scores against the raw
 references and writes DIR/eval/<name>.json with .src.txt, .hyp.txt and .ref.txt beside it.
@@ -43,6 +44,12 @@ flags.DEFINE_bool(
     "Also score each reference under the model (forced decoding): DIR/eval/<name>."
     "ref_scores.txt and the test perplexity.",
 )
+flags.DEFINE_string(
+    "prefix",
+    None,
+    "File of target prefixes, one per source line (empty line: none): every translation "
+    "starts with its line's prefix, scored by the model.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -61,6 +68,7 @@ def _main(argv):
         longer_than=FLAGS.longer_than,
         buckets=FLAGS.length_buckets or None,
         score_references=FLAGS.score_references,
+        prefix=FLAGS.prefix,
         command=" ".join(["python", *(shlex.quote(a) for a in sys.argv)]),
     )
     record = result.record

@@ -48,6 +48,7 @@ def evaluate(
     longer_than: int | str | None = None,
     buckets: str | tuple[int, ...] | None = length_buckets.DEFAULT_EDGES,
     score_references: bool = False,
+    prefix: str | None = None,
     command: str | None = None,
 ) -> Evaluation:
     """Translates a split (or --src against --ref), scores it with sacreBLEU and chrF, and
@@ -62,6 +63,8 @@ def evaluate(
     of each bucket's sentences, record['length_buckets'].
     score_references: also each reference's log-probability under the model (forced
     decoding): eval/<name>.ref_scores.txt and record['reference_scores'] (test perplexity).
+    prefix: a file of target prefixes, one per source line ('' for none): each translation
+    starts with its line's prefix (record['prefix_file']).
     """
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both files or neither")
@@ -71,7 +74,8 @@ def evaluate(
     )
     sources, references, split_name, name = _sentences(run, split, src, ref, name)
     start = time.perf_counter()
-    translations = run.translator.translate(run.params, sources)
+    prefixes = _prefixes(prefix, len(sources))
+    translations = run.translator.translate(run.params, sources, prefixes=prefixes)
     elapsed = time.perf_counter() - start
     hypotheses = translations.best
     scores = metrics_lib.score(hypotheses, references)
@@ -84,6 +88,8 @@ def evaluate(
     record.update(by_length)
     if score_references:
         record["reference_scores"] = _score_references(run, sources, references, out_dir, name)
+    if prefix is not None:
+        record["prefix_file"] = os.path.abspath(prefix)
     if command:
         record["command"] = command  # shown by transformer.research.report under the table
     if translations.num_truncated:
@@ -110,6 +116,19 @@ def _sentences(run: RestoredRun, split: str, src: str | None, ref: str | None, n
             f"give aligned files"
         )
     return sources, references, "files", name or os.path.splitext(os.path.basename(src))[0]
+
+
+def _prefixes(path: str | None, sources: int) -> list[str] | None:
+    """The --prefix file's lines, one per source line, or None."""
+    if path is None:
+        return None
+    prefixes = metrics_lib.read_lines(path)
+    if len(prefixes) != sources:
+        raise UserError(
+            f"--prefix {path} has {len(prefixes)} lines for {sources} source lines; give one "
+            "target prefix per source line (an empty line for none)"
+        )
+    return prefixes
 
 
 def _record(

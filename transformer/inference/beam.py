@@ -17,9 +17,11 @@ from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID
 from transformer.inference.filters import FilterChain
 from transformer.inference.search import (
     CacheGrowth,
+    Prefix,
     TokensToLogits,
     call_tokens_to_logits,
     check_max_len,
+    check_prefix,
     growing_loop,
     num_rows,
     row_limits,
@@ -89,15 +91,22 @@ def initial_beam_state(
     )
 
 
-def _constrained_logp(logits, step, limits, filters: FilterChain, eos_id: int, b: int, k: int):
-    """log_softmax under the filters that can change the best token (min-length, ...) and
-    the length limits, as -inf masks, not renormalised: [B * K, V] -> [B, K, V]."""
+def _constrained_logp(
+    logits, step, limits, filters: FilterChain, prefix: Prefix | None, eos_id: int, b: int, k: int
+):
+    """log_softmax under the filters that can change the best token (min-length, ...), the
+    prefix and the length limits, as -inf masks, not renormalised: [B * K, V] -> [B, K, V]."""
     v = logits.shape[-1]
     logp = jax.nn.log_softmax(logits, axis=-1)
     allowed = filters.constrain(logp, step).reshape(b, k, v)
-    is_eos = jnp.arange(v) == eos_id
-    forced = (step + 1 >= limits)[:, None, None]  # [B, 1, 1], last allowed position: EOS only
-    return jnp.where(forced, jnp.where(is_eos, logp.reshape(b, k, v), -jnp.inf), allowed)
+    logp = logp.reshape(b, k, v)
+    forced = step + 1 >= limits  # [B], last allowed position: EOS only
+    if prefix is not None:  # inside an element's prefix: its prefix token only
+        inside, token = prefix.at(step)  # [B], [B]
+        only_token = jnp.where(jnp.arange(v) == token[:, None, None], logp, -jnp.inf)
+        allowed = jnp.where(inside[:, None, None], only_token, allowed)
+    only_eos = jnp.where(jnp.arange(v) == eos_id, logp, -jnp.inf)
+    return jnp.where(forced[:, None, None], only_eos, allowed)
 
 
 def _top_expansions(s: BeamState, logp: jax.Array) -> _Expansions:
@@ -166,6 +175,7 @@ def beam_step(
     *,
     limits: jax.Array,
     filters: FilterChain | None = None,
+    prefix: Prefix | None = None,
     alpha=0.6,
     n_best: int = 1,
     eos_id: int = EOS_ID,
@@ -182,13 +192,16 @@ def beam_step(
 
     Args:
       limits: int32[B], per-element output-token limits (see search.row_limits).
+      prefix: per element (search.Prefix, [B, P] and [B]): inside it, every beam extends by
+        the prefix token only, scored by its model log-probability.
     """
     b, k = s.live_tok.shape
     filters = FilterChain() if filters is None else filters
     logits, cache = call_tokens_to_logits(
         tokens_to_logits, s.live_tok.reshape(b * k), s.step, s.cache, b * k
     )
-    e = _top_expansions(s, _constrained_logp(logits, s.step, limits, filters, eos_id, b, k))
+    logp = _constrained_logp(logits, s.step, limits, filters, prefix, eos_id, b, k)
+    e = _top_expansions(s, logp)
     live_logp, live_tok, live_parent, live_seqs = _best_live(e, k, eos_id)
     fin_scores, fin_seqs, fin_lens = _merge_finished(s, e, alpha, eos_id)
     active = ~s.done
@@ -265,6 +278,7 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
+    prefix: Prefix | None = None,
     growth: CacheGrowth | None = None,
     return_cache: bool = False,
 ) -> BeamOutput | tuple[BeamOutput, Any]:
@@ -291,6 +305,8 @@ def beam_search(
         log-probs and skips the sampling-only ones (temperature, top-k, top-p).
       alpha: length-penalty exponent (Python float or traced scalar); 0 = plain log-prob.
       n_best: number of hypotheses returned per element (1 <= n_best <= beam_size).
+      prefix: the output tokens each element starts with (search.Prefix, per element
+        [batch_size, P] and [batch_size]), scored by their model log-probabilities.
       growth: the cache starts ``growth.lengths[0]`` long and grows (search.CacheGrowth), so
         each step reorders and reads about the filled part of it; None: used as given.
     Returns:
@@ -298,11 +314,13 @@ def beam_search(
     """
     _check_beam_args(cache, batch_size, beam_size, max_len, n_best)
     limits = _element_limits(max_lens, batch_size, beam_size, max_len)  # [B]
+    check_prefix(prefix, batch_size)
     step = functools.partial(
         beam_step,
         tokens_to_logits=tokens_to_logits,
         limits=limits,
         filters=filters,
+        prefix=prefix,
         alpha=alpha,
         n_best=n_best,
         eos_id=eos_id,

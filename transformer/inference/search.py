@@ -28,6 +28,9 @@ Conventions shared by all decoders:
 * The loop stops as soon as every row has finished (EOS emitted, limit reached or, for beam
   search, early-stopped); rows that finished early are frozen, so a row's output never
   depends on the other rows in the batch.
+* A :class:`Prefix` forces each row's first output tokens: at a position inside its prefix
+  a row takes the prefix token, scored by the model's log-probability (``log_softmax`` of
+  the logits, as reference scoring scores it) in every search; the length limit still wins.
 * A cache may grow as the output does (:class:`CacheGrowth`): the loop starts with a short
   cache and lengthens it between segments of steps, so each step reads (and beam search
   reorders) about the filled part of the cache instead of all ``max_len`` positions.
@@ -116,6 +119,38 @@ def growing_loop(cond, body, state, growth: CacheGrowth | None, max_len: int):
     return state
 
 
+class Prefix(NamedTuple):
+    """Output tokens every row must start with: ``tokens`` int32[N, P] (row r's prefix in
+    its first ``lengths[r]`` entries, anything after), ``lengths`` int32[N] (0: no prefix).
+    Beam search takes them per element ([B, P], [B]), shared by its beams."""
+
+    tokens: jax.Array
+    lengths: jax.Array
+
+    def at(self, step) -> tuple[jax.Array, jax.Array]:
+        """(inside bool[N]: output position ``step`` is inside the row's prefix, the prefix
+        token there int32[N]; meaningless where not inside)."""
+        width = self.tokens.shape[1]
+        token = lax.dynamic_index_in_dim(self.tokens, jnp.minimum(step, width - 1), 1, False)
+        return step < self.lengths, token.astype(jnp.int32)
+
+
+def model_logp(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+    """log_softmax(logits)[r, tokens[r]]: [N, V], [N] -> [N]."""
+    return _pick(logits, tokens) - jax.nn.logsumexp(logits, axis=-1)
+
+
+def _forced_by_prefix(logits, step, tok, tok_logp, prefix: Prefix | None, limited):
+    """The chosen (tok, tok_logp) [N], with rows inside their prefix (and not at their length
+    limit, which wins) taking the prefix token at its model log-probability."""
+    if prefix is None:
+        return tok, tok_logp
+    inside, forced_tok = prefix.at(step)
+    inside = inside & ~limited
+    tok = jnp.where(inside, forced_tok, tok)
+    return tok, jnp.where(inside, model_logp(logits, forced_tok), tok_logp)
+
+
 class _SampleState(NamedTuple):
     """The :func:`sample` loop state of N rows."""
 
@@ -174,6 +209,16 @@ def row_limits(max_lens, n: int, max_len: int) -> jax.Array:
     return jnp.clip(max_lens, 1, max_len)
 
 
+def check_prefix(prefix: Prefix | None, n: int) -> None:
+    if prefix is None:
+        return
+    if prefix.tokens.ndim != 2 or prefix.tokens.shape[0] != n or prefix.lengths.shape != (n,):
+        raise ValueError(
+            f"a prefix needs tokens [{n}, P] and lengths [{n}], got "
+            f"{prefix.tokens.shape} and {prefix.lengths.shape}"
+        )
+
+
 def check_max_len(max_len) -> None:
     """max_len fixes the output shape, so it must be a static positive int."""
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
@@ -210,7 +255,7 @@ def _greedy_choice(logits, step, forced, *, filters: FilterChain, eos_id: int):
     """
     tok = jnp.argmax(filters.constrain(logits, step), axis=-1).astype(jnp.int32)
     tok = jnp.where(forced, eos_id, tok)
-    return tok, _pick(logits, tok) - jax.nn.logsumexp(logits, axis=-1)
+    return tok, model_logp(logits, tok)
 
 
 def _sampled_choice(logits, step, forced, *, filters: FilterChain, rngs, eos_id: int):
@@ -229,13 +274,14 @@ def _sampled_choice(logits, step, forced, *, filters: FilterChain, rngs, eos_id:
 
 
 def _sample_step(
-    s: _SampleState, *, tokens_to_logits, choose, limits, eos_id: int, pad_id: int
+    s: _SampleState, *, tokens_to_logits, choose, limits, prefix, eos_id: int, pad_id: int
 ) -> _SampleState:
     """One token for every row; rows that already finished emit pad and stay unchanged."""
     n = s.cur.shape[0]
     logits, cache = call_tokens_to_logits(tokens_to_logits, s.cur, s.step, s.cache, n)
     forced = s.step + 1 >= limits  # [N], last allowed position: EOS only
     tok, tok_logp = choose(logits, s.step, forced)
+    tok, tok_logp = _forced_by_prefix(logits, s.step, tok, tok_logp, prefix, forced)
     tok = jnp.where(s.finished, pad_id, tok)
     return _SampleState(
         step=s.step + 1,
@@ -265,14 +311,16 @@ def _running(s: _SampleState) -> jax.Array:
 
 
 def _decode(
-    tokens_to_logits, cache, choose, n: int, *, max_len, max_lens, ids, growth, return_cache
+    tokens_to_logits, cache, choose, n: int, *, max_len, max_lens, ids, prefix, growth, return_cache
 ):
     """The token loop shared by :func:`sample` and :func:`greedy`; ids = (bos, eos, pad)."""
     bos_id, eos_id, pad_id = ids
+    check_prefix(prefix, n)
     step = functools.partial(
         _sample_step,
         tokens_to_logits=tokens_to_logits,
         choose=choose,
+        prefix=prefix,
         limits=row_limits(max_lens, n, max_len),
         eos_id=eos_id,
         pad_id=pad_id,
@@ -294,6 +342,7 @@ def sample(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
+    prefix: Prefix | None = None,
     growth: CacheGrowth | None = None,
     return_cache: bool = False,
 ) -> SearchOutput | tuple[SearchOutput, Any]:
@@ -316,8 +365,9 @@ def sample(
 
     Static: ``max_len``, ids, and what the chain's filters hold as Python values (top-k's k
     always). Traced allowed: ``max_lens`` (int32[N]) and the other filter parameters.
-    ``growth``: the cache starts ``growth.lengths[0]`` long and grows (:class:`CacheGrowth`);
-    None: the cache is used as given for every step.
+    ``prefix``: each row's first output tokens (:class:`Prefix`), scored by the model's
+    log-probability, not drawn. ``growth``: the cache starts ``growth.lengths[0]`` long and
+    grows (:class:`CacheGrowth`); None: the cache is used as given for every step.
 
     Returns:
       SearchOutput(tokens int32[N, max_len], lengths int32[N], scores float32[N]); with
@@ -339,6 +389,7 @@ def sample(
         max_len=max_len,
         max_lens=max_lens,
         ids=(bos_id, eos_id, pad_id),
+        prefix=prefix,
         growth=growth,
         return_cache=return_cache,
     )
@@ -354,10 +405,12 @@ def greedy(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
+    prefix: Prefix | None = None,
     growth: CacheGrowth | None = None,
     return_cache: bool = False,
 ) -> SearchOutput | tuple[SearchOutput, Any]:
-    """Greedy (argmax) decoding with model log-prob scores (``growth``: as in :func:`sample`).
+    """Greedy (argmax) decoding with model log-prob scores (``prefix``, ``growth``: as in
+    :func:`sample`).
 
     The argmax is taken under the filters that can change it (``FilterChain.constrain``:
     min-length, not temperature/top-k/top-p), so the decode settings' chain serves as is.
@@ -373,6 +426,7 @@ def greedy(
         max_len=max_len,
         max_lens=max_lens,
         ids=(bos_id, eos_id, pad_id),
+        prefix=prefix,
         growth=growth,
         return_cache=return_cache,
     )

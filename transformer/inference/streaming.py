@@ -25,20 +25,24 @@ def _open(path: str, mode: str):
         yield f
 
 
-def translate_stream(run, input_path: str, output_path: str) -> dict:
-    """Translates each line of input_path into output_path, a batch at a time, in order."""
+def translate_stream(run, input_path: str, output_path: str, *, with_prefix: bool = False) -> dict:
+    """Translates each line of input_path into output_path, a batch at a time, in order.
+    with_prefix: lines are `source<TAB>prefix`, each translation starting with the prefix."""
     settings = run.translator.settings
     prepared = run.translator.prepare(run.params)  # weight copies made once for the stream
     multi = settings.outputs_per_input > 1
     lines_done, truncated = 0, 0
     with _open(input_path, "r") as src, _open(output_path, "w") as out:
         batch: list[str] = []
+        prefixes: list[str] | None = [] if with_prefix else None
 
         def flush():
             nonlocal lines_done, truncated
             if not batch:
                 return
-            result = run.translator.translate(prepared, batch, first_id=lines_done)
+            result = run.translator.translate(
+                prepared, batch, first_id=lines_done, prefixes=prefixes
+            )
             truncated += result.num_truncated
             for i, (hyps, scores) in enumerate(zip(result.hypotheses, result.scores, strict=True)):
                 if multi:
@@ -49,12 +53,18 @@ def translate_stream(run, input_path: str, output_path: str) -> dict:
             out.flush()
             lines_done += len(batch)
             batch.clear()
+            if prefixes is not None:
+                prefixes.clear()
 
         line_no = 0
         try:
             for line in src:
                 line_no += 1
-                batch.append(line.rstrip("\n").rstrip("\r"))
+                line = line.rstrip("\n").rstrip("\r")
+                if prefixes is not None:  # source<TAB>prefix
+                    line, _, prefix = line.partition("\t")
+                    prefixes.append(prefix)
+                batch.append(line)
                 if len(batch) == settings.batch_size:
                     flush()
         except UnicodeDecodeError as e:

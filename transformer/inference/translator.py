@@ -219,9 +219,10 @@ class Translator:
             prepared.state, src, row_ids, graphdef=prepared.graphdef, max_out=max_out
         )
 
-    def _translate_batch(self, state, src, row_ids, *, graphdef, max_out: int):
+    def _translate_batch(self, state, src, row_ids, prefix=None, *, graphdef, max_out: int):
         """src [B, S] (EOS-terminated, PAD_ID = padding) -> (tokens [B, R, max_out], scores [B, R]),
-        by the decoding network (graphdef, state) of `prepare`.
+        by the decoding network (graphdef, state) of `prepare`; prefix: a search.Prefix per
+        source ([B, P], [B]) each output starts with, or None.
 
         R outputs per input: n_best (beam), num_samples (sample) or 1 (greedy).
         """
@@ -233,9 +234,12 @@ class Translator:
             cross_kv = jax.tree.map(lambda a: a.astype(jnp.bfloat16), cross_kv)
         src_len = jnp.sum(src_segments, axis=1)
         max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)  # [B]
+        if prefix is not None:  # room for the prefix and max_len_b tokens after it
+            max_lens = jnp.maximum(max_lens, prefix.lengths + max(s.max_len_b, 1))
+        args = (model, cross_kv, src_segments, max_lens, prefix, max_out)
         if s.strategy == "beam":
-            return self._beam_search(model, cross_kv, src_segments, max_lens, max_out)
-        return self._greedy_or_sample(model, cross_kv, src_segments, max_lens, row_ids, max_out)
+            return self._beam_search(*args)
+        return self._greedy_or_sample(*args, row_ids)
 
     def _growth(self, max_out: int) -> search.CacheGrowth:
         """The KV cache starts decode.cache_start positions long and doubles as the output
@@ -246,7 +250,7 @@ class Translator:
     def _init_cache(self, model, rows: int, growth: search.CacheGrowth):
         return model.init_cache(rows, growth.lengths[0], self._cache_dtype)
 
-    def _beam_search(self, model, cross_kv, src_segments, max_lens, max_out: int):
+    def _beam_search(self, model, cross_kv, src_segments, max_lens, prefix, max_out: int):
         s = self.settings
         b, beam = src_segments.shape[0], s.beam_size
         growth = self._growth(max_out)
@@ -260,11 +264,14 @@ class Translator:
             filters=self.filters,
             alpha=s.length_penalty,
             n_best=s.n_best,
+            prefix=prefix,
             growth=growth,
         )
         return out.tokens, out.scores
 
-    def _greedy_or_sample(self, model, cross_kv, src_segments, max_lens, row_ids, max_out: int):
+    def _greedy_or_sample(
+        self, model, cross_kv, src_segments, max_lens, prefix, max_out: int, row_ids
+    ):
         s = self.settings
         b = src_segments.shape[0]
         reps = s.num_samples if s.strategy == "sample" else 1
@@ -272,7 +279,11 @@ class Translator:
         growth = self._growth(max_out)
         cache = self._init_cache(model, b * reps, growth)
         row_max = search.expand_to_beams(max_lens, reps)
-        common = dict(max_len=max_out, max_lens=row_max, filters=self.filters, growth=growth)
+        if prefix is not None:
+            prefix = search.Prefix(*search.expand_to_beams(tuple(prefix), reps))
+        common = dict(
+            max_len=max_out, max_lens=row_max, filters=self.filters, prefix=prefix, growth=growth
+        )
         if s.strategy == "greedy":
             out = search.greedy(callback, cache, **common)
         else:
@@ -286,29 +297,36 @@ class Translator:
 
     # ------------------------------------------------------------------------------ text API
 
-    def max_output_len(self, src_width: int) -> int:
+    def max_output_len(self, src_width: int, prefix_width: int = 0) -> int:
+        """Output positions of a batch: a * source width + b, and room for a prefix and
+        max_len_b tokens after it, within model.max_len."""
         s = self.settings
-        return max(
-            1, min(self.model_cfg.max_len, math.floor(s.max_len_a * src_width + s.max_len_b))
-        )
+        from_source = math.floor(s.max_len_a * src_width + s.max_len_b)
+        after_prefix = prefix_width + max(s.max_len_b, 1) if prefix_width else 0
+        return max(1, min(self.model_cfg.max_len, max(from_source, after_prefix)))
 
     def translate_ids(
         self,
         params,
         id_lists: Sequence[Sequence[int]],
         line_ids: Sequence[int] | None = None,
+        prefix_lists: Sequence[Sequence[int]] | None = None,
     ):
         """EOS-terminated source id lists -> (token lists [n][R], scores [n][R]); params: the
         trained parameters or a `Prepared`.
 
         line_ids[i] numbers input i (default: i); sampling derives input i's random key from
         the seed and line_ids[i] alone, so its samples never depend on the batch around it.
+        prefix_lists[i] (target ids, no EOS; may be empty): every output of input i starts
+        with them, and its score counts their model log-probabilities.
         """
         s = self.settings
         prepared = self.prepare(params) if len(id_lists) else None
         line_ids = np.arange(len(id_lists)) if line_ids is None else np.asarray(line_ids)
         if len(line_ids) != len(id_lists):
             raise ValueError(f"{len(line_ids)} line ids for {len(id_lists)} inputs")
+        if prefix_lists is not None:
+            self._check_prefixes(prefix_lists, line_ids, len(id_lists))
         order = np.argsort([len(x) for x in id_lists], kind="stable")  # similar lengths together
         results: list = [None] * len(id_lists)
         for start in range(0, len(order), s.batch_size):
@@ -318,30 +336,73 @@ class Translator:
             batch = source_batch([id_lists[i] for i in chunk], s.batch_size, width)
             row_ids = np.zeros(s.batch_size, np.int32)
             row_ids[: len(chunk)] = line_ids[chunk]
+            prefix, prefix_width = self._prefix_batch(prefix_lists, chunk)
             tokens, scores = self._translate_fn(
                 prepared.state,
                 jnp.asarray(batch["src"]),
                 jnp.asarray(row_ids),
+                *([] if prefix is None else [prefix]),
                 graphdef=prepared.graphdef,
-                max_out=self.max_output_len(width),
+                max_out=self.max_output_len(width, prefix_width),
             )
             tokens, scores = np.asarray(tokens), np.asarray(scores)
             for r, i in enumerate(chunk):
                 results[i] = ([_until_eos(t) for t in tokens[r]], scores[r].tolist())
         return [r[0] for r in results], [r[1] for r in results]
 
-    def translate(self, params, lines: Sequence[str], first_id: int = 0) -> Translations:
+    def _check_prefixes(self, prefix_lists, line_ids, n: int) -> None:
+        """One prefix per input, each leaving room for the EOS within model.max_len."""
+        if len(prefix_lists) != n:
+            raise UserError(f"{len(prefix_lists)} target prefixes for {n} inputs; give one each")
+        limit = self.model_cfg.max_len
+        for line, ids in zip(line_ids, prefix_lists, strict=True):
+            if len(ids) + 1 > limit:
+                raise UserError(
+                    f"input line {line + 1}: its target prefix of {len(ids)} tokens leaves no "
+                    f"room for the EOS within model.max_len={limit}; shorten the prefix"
+                )
+            if EOS_ID in ids or PAD_ID in ids:
+                raise ValueError(f"input {line}: a target prefix holds the EOS or pad id")
+
+    def _prefix_batch(self, prefix_lists, chunk) -> tuple[search.Prefix | None, int]:
+        """(the chunk's prefixes as a search.Prefix [batch_size, P], P), or (None, 0)."""
+        if prefix_lists is None:
+            return None, 0
+        lists = [prefix_lists[i] for i in chunk]
+        width = max(1, _round_up(max(len(p) for p in lists), 8))  # few compiled shapes
+        tokens = np.zeros((self.settings.batch_size, width), np.int32)
+        lengths = np.zeros(self.settings.batch_size, np.int32)
+        for r, ids in enumerate(lists):
+            tokens[r, : len(ids)] = ids
+            lengths[r] = len(ids)
+        longest = int(lengths.max())
+        return search.Prefix(jnp.asarray(tokens), jnp.asarray(lengths)), longest
+
+    def translate(
+        self,
+        params,
+        lines: Sequence[str],
+        first_id: int = 0,
+        prefixes: Sequence[str] | None = None,
+    ) -> Translations:
         """Raw source lines -> detokenized translations (empty line in, empty line out).
 
         first_id is the line number of lines[0] in the whole input (decode.py's streaming
-        batches): line i is numbered first_id + i, empty lines included.
+        batches): line i is numbered first_id + i, empty lines included. prefixes[i]: text
+        every translation of line i starts with (target side; '' = none).
         """
         ids, truncated = tokenize_sources(lines, self.src_tok, self.model_cfg.max_len)
         nonempty = [i for i, line in enumerate(lines) if line.strip()]
+        prefix_lists = None
+        if prefixes is not None:
+            if len(prefixes) != len(lines):
+                raise UserError(f"{len(prefixes)} target prefixes for {len(lines)} lines")
+            prefix_lists = self.tgt_tok.tokenize_batch([prefixes[i].strip() for i in nonempty])
         token_lists, scores = self.translate_ids(
             params,
             [ids[i] for i in nonempty],
             [first_id + i for i in nonempty],
+            prefix_lists,
         )
         reps = self.settings.outputs_per_input
         hypotheses = [[""] * reps for _ in lines]
