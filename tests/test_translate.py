@@ -325,6 +325,34 @@ def test_eval_prefix_file_starts_each_hypothesis_and_is_checked(trained_run, tmp
     assert record["prefix_file"] == str(tmp_path / "p.txt")
 
 
+def test_eval_ensemble_of_a_checkpoint_with_itself_translates_as_it_alone(trained_run):
+    args = ["eval.py", "--workdir", trained_run, "--split", "valid", "--checkpoint", "60"]
+    greedy = "--config.decode.strategy=greedy"
+    run([*args, greedy, "--name", "alone"], check=True)
+    run([*args, greedy, "--name", "twice", "--ensemble", f"{trained_run}:60"], check=True)
+    run([*args, greedy, "--name", "mixed", "--ensemble", f"{trained_run}:40"], check=True)
+    hyp = {
+        n: open(os.path.join(trained_run, "eval", f"{n}.hyp.txt")).read()
+        for n in ("alone", "twice")
+    }
+    assert hyp["twice"] == hyp["alone"]
+    record = json.load(open(os.path.join(trained_run, "eval", "mixed.json")))
+    assert [m["step"] for m in record["ensemble"]] == [60, 40]
+
+
+@pytest.mark.slow
+def test_ensemble_members_with_other_tokenizers_are_a_one_line_error(trained_run, tmp_path):
+    from transformer.training.loop import train_and_evaluate
+
+    other = str(tmp_path / "other")
+    train_and_evaluate(tiny_config(data__vocab_size=150, train__num_steps=2), other)
+    for script in ("eval.py", "decode.py"):
+        proc = run([script, "--workdir", trained_run, "--ensemble", other])
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert f"ensemble member {other}: its source tokenizer" in last
+
+
 def test_evaluate_returns_the_record_it_wrote_and_the_scores(trained_run):
     import transformer.evaluation.evaluator  # noqa: F401 - the module must not shadow the function
     from transformer import Evaluation, evaluate

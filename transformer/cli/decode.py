@@ -5,6 +5,7 @@
         [--config.decode.temperature=T --config.decode.top_k=K --config.decode.top_p=P
          --config.decode.beam_size=N --config.decode.length_penalty=A
          --config.decode.num_samples=S --config.decode.seed=SEED ...] [--with_prefix]
+        [--ensemble DIR[:STEP],...]
 
 An empty input line gives an empty output line; the same seed gives byte-identical output.
 With n_best > 1 (beam) or num_samples > 1 (sample) each input gives that many lines,
@@ -31,10 +32,17 @@ flags.DEFINE_bool(
     False,
     "Input lines are SOURCE<TAB>PREFIX: every translation starts with PREFIX.",
 )
+flags.DEFINE_list(
+    "ensemble",
+    [],
+    "Other runs (DIR or DIR:latest|best|STEP, comma-separated) decoding with --workdir's as an "
+    "ensemble: the mean of the members' log-probabilities at every step.",
+)
 FLAGS = flags.FLAGS
 
 
 def _main(argv):
+    from transformer.evaluation.ensemble import with_members
     from transformer.evaluation.restore import restore_run
     from transformer.inference.streaming import translate_stream
 
@@ -44,6 +52,7 @@ def _main(argv):
         average_last=FLAGS.average_last,
         overrides=config_override_args(argv),
     )
+    run = with_members(run, FLAGS.ensemble, config_override_args(argv))
     stats = translate_stream(run, FLAGS.input, FLAGS.output, with_prefix=FLAGS.with_prefix)
     message = f"translated {stats['lines']} lines"
     if stats["truncated"]:

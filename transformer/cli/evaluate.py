@@ -3,6 +3,7 @@
     python eval.py --workdir DIR [--checkpoint latest|best|STEP] [--split test]
         [--src FILE --ref FILE] [--average_last N] [--longer_than N|train]
         [--length_buckets 10,20,30,40] [--score_references] [--prefix FILE]
+        [--ensemble DIR[:STEP],...]
         [--config.decode.field=value ...]
 
 Translates the whole split (nothing filtered out), detokenizes, scores against the raw
@@ -50,6 +51,12 @@ flags.DEFINE_string(
     "File of target prefixes, one per source line (empty line: none): every translation "
     "starts with its line's prefix, scored by the model.",
 )
+flags.DEFINE_list(
+    "ensemble",
+    [],
+    "Other runs (DIR or DIR:latest|best|STEP, comma-separated) decoding with --workdir's as an "
+    "ensemble: the mean of the members' log-probabilities at every step.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -69,6 +76,7 @@ def _main(argv):
         buckets=FLAGS.length_buckets or None,
         score_references=FLAGS.score_references,
         prefix=FLAGS.prefix,
+        ensemble=tuple(FLAGS.ensemble),
         command=" ".join(["python", *(shlex.quote(a) for a in sys.argv)]),
     )
     record = result.record

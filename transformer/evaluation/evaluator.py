@@ -19,6 +19,7 @@ from transformer.common.fileio import atomic_write
 from transformer.common.machine import describe_machine
 from transformer.common.metrics_file import METRICS_FILE, read_metrics
 from transformer.evaluation import reference_scores
+from transformer.evaluation.ensemble import with_members
 from transformer.evaluation.restore import RestoredRun, restore_run
 from transformer.scoring import length_buckets
 from transformer.scoring import metrics as metrics_lib
@@ -49,6 +50,7 @@ def evaluate(
     buckets: str | tuple[int, ...] | None = length_buckets.DEFAULT_EDGES,
     score_references: bool = False,
     prefix: str | None = None,
+    ensemble: tuple[str, ...] = (),
     command: str | None = None,
 ) -> Evaluation:
     """Translates a split (or --src against --ref), scores it with sacreBLEU and chrF, and
@@ -65,6 +67,8 @@ def evaluate(
     decoding): eval/<name>.ref_scores.txt and record['reference_scores'] (test perplexity).
     prefix: a file of target prefixes, one per source line ('' for none): each translation
     starts with its line's prefix (record['prefix_file']).
+    ensemble: other runs' 'DIR[:latest|best|STEP]' decoding with this one as an ensemble
+    (evaluation.ensemble; record['ensemble'] lists every member's workdir and step).
     """
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both files or neither")
@@ -72,6 +76,12 @@ def evaluate(
     run = run or restore_run(
         workdir, checkpoint=checkpoint, average_last=average_last, overrides=overrides
     )
+    if ensemble and score_references:
+        raise UserError(
+            "--score_references scores the references under one run's model; drop it or "
+            "--ensemble"
+        )
+    run = with_members(run, ensemble, overrides)
     sources, references, split_name, name = _sentences(run, split, src, ref, name)
     start = time.perf_counter()
     prefixes = _prefixes(prefix, len(sources))
@@ -88,6 +98,8 @@ def evaluate(
     record.update(by_length)
     if score_references:
         record["reference_scores"] = _score_references(run, sources, references, out_dir, name)
+    if run.members:
+        record["ensemble"] = [{"workdir": w, "step": step} for w, step in run.members]
     if prefix is not None:
         record["prefix_file"] = os.path.abspath(prefix)
     if command:

@@ -33,6 +33,7 @@ class RestoredRun:
     averaged_steps: list[int]
     data: object
     translator: Translator
+    members: list[tuple[str, int]] = dataclasses.field(default_factory=list)  # (workdir, step)
 
 
 def restore_run(

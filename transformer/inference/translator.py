@@ -35,7 +35,6 @@ from transformer.model.projection_policy import (
     DecodeProjections,
     resolve_layout,
 )
-from transformer.model.transformer import Transformer
 
 STRATEGIES = ("greedy", "sample", "beam")
 # decode.cache_dtype: the self-attention cache and cross-attention keys/values as stored
@@ -241,11 +240,11 @@ class Translator:
             return self._beam_search(*args)
         return self._greedy_or_sample(*args, row_ids)
 
-    def _growth(self, max_out: int) -> search.CacheGrowth:
+    def _growth(self, model, max_out: int) -> search.CacheGrowth:
         """The KV cache starts decode.cache_start positions long and doubles as the output
         grows, so each step attends to (and beam search reorders) about the filled part."""
         lengths = search.doubling_lengths(max_out, self.settings.cache_start)
-        return search.CacheGrowth(lengths, Transformer.grow_cache)
+        return search.CacheGrowth(lengths, model.grow_cache)
 
     def _init_cache(self, model, rows: int, growth: search.CacheGrowth):
         return model.init_cache(rows, growth.lengths[0], self._cache_dtype)
@@ -253,7 +252,7 @@ class Translator:
     def _beam_search(self, model, cross_kv, src_segments, max_lens, prefix, max_out: int):
         s = self.settings
         b, beam = src_segments.shape[0], s.beam_size
-        growth = self._growth(max_out)
+        growth = self._growth(model, max_out)
         out = beam_search(
             _decoder_step(model, cross_kv, src_segments),  # per source: shared by its beams
             self._init_cache(model, b * beam, growth),
@@ -276,7 +275,7 @@ class Translator:
         b = src_segments.shape[0]
         reps = s.num_samples if s.strategy == "sample" else 1
         callback = _decoder_step(model, cross_kv, src_segments)  # shared by a source's samples
-        growth = self._growth(max_out)
+        growth = self._growth(model, max_out)
         cache = self._init_cache(model, b * reps, growth)
         row_max = search.expand_to_beams(max_lens, reps)
         if prefix is not None:

@@ -15,12 +15,16 @@ import functools
 
 from flax import nnx
 
+from transformer.model.ensemble import Ensemble
 from transformer.model.projection_policy import Projected, ProjectionPolicy
 from transformer.model.transformer import Transformer
 
 
-def decoding_network(trained: Transformer, policy: ProjectionPolicy) -> Transformer:
-    """`trained`'s weights in a Transformer whose linear layers `policy` chooses."""
+def decoding_network(trained, policy: ProjectionPolicy):
+    """`trained`'s weights in a Transformer whose linear layers `policy` chooses (an
+    `Ensemble`: each member's decoding network)."""
+    if isinstance(trained, Ensemble):
+        return Ensemble([decoding_network(m, policy) for m in trained.members])
     abstract = nnx.eval_shape(
         lambda: Transformer(
             trained.cfg,
