@@ -101,7 +101,7 @@ def test_empty_prefixes_decode_as_no_prefix(model, strategy):
 
 def test_bad_prefixes_are_one_line_errors(model):
     translator, params = _translator(model, "greedy")
-    with pytest.raises(UserError, match="input line 2: its target prefix of 32 tokens leaves"):
+    with pytest.raises(UserError, match="input line 2: 32 target prefix tokens leave no room"):
         translator.translate_ids(params, SOURCES, prefix_lists=[[], [20] * 32, []])
-    with pytest.raises(UserError, match="2 target prefixes for 3 inputs"):
+    with pytest.raises(UserError, match="2 target prefix lists for 3 inputs"):
         translator.translate_ids(params, SOURCES, prefix_lists=[[], []])

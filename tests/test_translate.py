@@ -325,6 +325,32 @@ def test_eval_prefix_file_starts_each_hypothesis_and_is_checked(trained_run, tmp
     assert record["prefix_file"] == str(tmp_path / "p.txt")
 
 
+def test_decode_and_eval_with_constraints_hold_every_phrase(trained_run, tmp_path):
+    lines = ["The clever boy sees the dog.\tred cat\thouse", "", "A red cat sleeps."]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    args = ["decode.py", "--workdir", trained_run, "--input", str(src), "--output", str(out)]
+    run([*args, "--with_constraints", "--config.decode.strategy=beam"], check=True)
+    decoded = out.read_text(encoding="utf-8").split("\n")
+    assert "red cat" in decoded[0] and "house" in decoded[0], decoded[0]
+    assert decoded[1] == "" and len(decoded) == 4
+    (tmp_path / "s.txt").write_text("The dog sleeps.\nA red cat sleeps.\n")
+    (tmp_path / "r.txt").write_text("a\nb\n")
+    (tmp_path / "c.txt").write_text("house\n\n")
+    files = ["--src", str(tmp_path / "s.txt"), "--ref", str(tmp_path / "r.txt")]
+    evaluate = ["eval.py", "--workdir", trained_run, *files, "--name", "constrained"]
+    beam = "--config.decode.strategy=beam"
+    run([*evaluate, "--constraints", str(tmp_path / "c.txt"), beam], check=True)
+    hyp = open(os.path.join(trained_run, "eval", "constrained.hyp.txt")).read().splitlines()
+    assert "house" in hyp[0], hyp
+    proc = run(
+        [*evaluate, "--constraints", str(tmp_path / "c.txt"), "--config.decode.strategy=greedy"]
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "lexical constraints need beam search" in proc.stderr.strip().splitlines()[-1]
+
+
 def test_eval_ensemble_of_a_checkpoint_with_itself_translates_as_it_alone(trained_run):
     args = ["eval.py", "--workdir", trained_run, "--split", "valid", "--checkpoint", "60"]
     greedy = "--config.decode.strategy=greedy"

@@ -4,14 +4,16 @@
         [--output FILE|-] [--config.decode.strategy=greedy|sample|beam]
         [--config.decode.temperature=T --config.decode.top_k=K --config.decode.top_p=P
          --config.decode.beam_size=N --config.decode.length_penalty=A
-         --config.decode.num_samples=S --config.decode.seed=SEED ...] [--with_prefix]
+         --config.decode.num_samples=S --config.decode.seed=SEED ...]
+        [--with_prefix | --with_constraints]
         [--ensemble DIR[:STEP],...]
 
 An empty input line gives an empty output line; the same seed gives byte-identical output.
 With n_best > 1 (beam) or num_samples > 1 (sample) each input gives that many lines,
 tab-separated as `index<TAB>score<TAB>text`. With --with_prefix each input line is
 `source<TAB>prefix` and every translation of it starts with the prefix (a line without a tab
-has none).
+has none); with --with_constraints each is `source<TAB>phrase<TAB>phrase...` and every
+translation of it holds every phrase (beam search).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ flags.DEFINE_bool(
     "with_prefix",
     False,
     "Input lines are SOURCE<TAB>PREFIX: every translation starts with PREFIX.",
+)
+flags.DEFINE_bool(
+    "with_constraints",
+    False,
+    "Input lines are SOURCE<TAB>PHRASE<TAB>PHRASE...: every translation holds every PHRASE "
+    "(beam search with lexical constraints).",
 )
 flags.DEFINE_list(
     "ensemble",
@@ -53,7 +61,13 @@ def _main(argv):
         overrides=config_override_args(argv),
     )
     run = with_members(run, FLAGS.ensemble, config_override_args(argv))
-    stats = translate_stream(run, FLAGS.input, FLAGS.output, with_prefix=FLAGS.with_prefix)
+    stats = translate_stream(
+        run,
+        FLAGS.input,
+        FLAGS.output,
+        with_prefix=FLAGS.with_prefix,
+        with_constraints=FLAGS.with_constraints,
+    )
     message = f"translated {stats['lines']} lines"
     if stats["truncated"]:
         message += f"; {stats['truncated']} longer than model.max_len were truncated"

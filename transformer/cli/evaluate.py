@@ -2,7 +2,7 @@
 
     python eval.py --workdir DIR [--checkpoint latest|best|STEP] [--split test]
         [--src FILE --ref FILE] [--average_last N] [--longer_than N|train]
-        [--length_buckets 10,20,30,40] [--score_references] [--prefix FILE]
+        [--length_buckets 10,20,30,40] [--score_references] [--prefix FILE | --constraints FILE]
         [--ensemble DIR[:STEP],...]
         [--config.decode.field=value ...]
 
@@ -51,6 +51,12 @@ flags.DEFINE_string(
     "File of target prefixes, one per source line (empty line: none): every translation "
     "starts with its line's prefix, scored by the model.",
 )
+flags.DEFINE_string(
+    "constraints",
+    None,
+    "File of lexical constraints, one line per source line: tab-separated phrases every "
+    "translation of that line holds (empty line: none; beam search).",
+)
 flags.DEFINE_list(
     "ensemble",
     [],
@@ -76,6 +82,7 @@ def _main(argv):
         buckets=FLAGS.length_buckets or None,
         score_references=FLAGS.score_references,
         prefix=FLAGS.prefix,
+        constraints=FLAGS.constraints,
         ensemble=tuple(FLAGS.ensemble),
         command=" ".join(["python", *(shlex.quote(a) for a in sys.argv)]),
     )

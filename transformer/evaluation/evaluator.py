@@ -50,6 +50,7 @@ def evaluate(
     buckets: str | tuple[int, ...] | None = length_buckets.DEFAULT_EDGES,
     score_references: bool = False,
     prefix: str | None = None,
+    constraints: str | None = None,
     ensemble: tuple[str, ...] = (),
     command: str | None = None,
 ) -> Evaluation:
@@ -66,7 +67,9 @@ def evaluate(
     score_references: also each reference's log-probability under the model (forced
     decoding): eval/<name>.ref_scores.txt and record['reference_scores'] (test perplexity).
     prefix: a file of target prefixes, one per source line ('' for none): each translation
-    starts with its line's prefix (record['prefix_file']).
+    starts with its line's prefix (record['prefix_file']). constraints: a file of
+    tab-separated phrases per source line every translation of that line holds
+    (record['constraints_file']; beam search).
     ensemble: other runs' 'DIR[:latest|best|STEP]' decoding with this one as an ensemble
     (evaluation.ensemble; record['ensemble'] lists every member's workdir and step).
     """
@@ -78,14 +81,18 @@ def evaluate(
     )
     if ensemble and score_references:
         raise UserError(
-            "--score_references scores the references under one run's model; drop it or "
-            "--ensemble"
+            "--score_references scores the references under one run's model; drop it or --ensemble"
         )
     run = with_members(run, ensemble, overrides)
     sources, references, split_name, name = _sentences(run, split, src, ref, name)
     start = time.perf_counter()
-    prefixes = _prefixes(prefix, len(sources))
-    translations = run.translator.translate(run.params, sources, prefixes=prefixes)
+    prefixes = _lines_per_source("--prefix", prefix, len(sources))
+    phrases = _lines_per_source("--constraints", constraints, len(sources))
+    if phrases is not None:
+        phrases = [line.split("\t") for line in phrases]
+    translations = run.translator.translate(
+        run.params, sources, prefixes=prefixes, constraints=phrases
+    )
     elapsed = time.perf_counter() - start
     hypotheses = translations.best
     scores = metrics_lib.score(hypotheses, references)
@@ -102,6 +109,8 @@ def evaluate(
         record["ensemble"] = [{"workdir": w, "step": step} for w, step in run.members]
     if prefix is not None:
         record["prefix_file"] = os.path.abspath(prefix)
+    if constraints is not None:
+        record["constraints_file"] = os.path.abspath(constraints)
     if command:
         record["command"] = command  # shown by transformer.research.report under the table
     if translations.num_truncated:
@@ -130,17 +139,17 @@ def _sentences(run: RestoredRun, split: str, src: str | None, ref: str | None, n
     return sources, references, "files", name or os.path.splitext(os.path.basename(src))[0]
 
 
-def _prefixes(path: str | None, sources: int) -> list[str] | None:
-    """The --prefix file's lines, one per source line, or None."""
+def _lines_per_source(flag: str, path: str | None, sources: int) -> list[str] | None:
+    """The lines of a file that gives one line per source line (--prefix, --constraints)."""
     if path is None:
         return None
-    prefixes = metrics_lib.read_lines(path)
-    if len(prefixes) != sources:
+    lines = metrics_lib.read_lines(path)
+    if len(lines) != sources:
         raise UserError(
-            f"--prefix {path} has {len(prefixes)} lines for {sources} source lines; give one "
-            "target prefix per source line (an empty line for none)"
+            f"{flag} {path} has {len(lines)} lines for {sources} source lines; give one line "
+            "per source line (an empty line for none)"
         )
-    return prefixes
+    return lines
 
 
 def _record(

@@ -25,9 +25,20 @@ def _open(path: str, mode: str):
         yield f
 
 
-def translate_stream(run, input_path: str, output_path: str, *, with_prefix: bool = False) -> dict:
+def translate_stream(
+    run,
+    input_path: str,
+    output_path: str,
+    *,
+    with_prefix: bool = False,
+    with_constraints: bool = False,
+) -> dict:
     """Translates each line of input_path into output_path, a batch at a time, in order.
-    with_prefix: lines are `source<TAB>prefix`, each translation starting with the prefix."""
+    with_prefix: lines are `source<TAB>prefix`, each translation starting with the prefix;
+    with_constraints: lines are `source<TAB>phrase<TAB>phrase...`, each translation holding
+    every phrase."""
+    if with_prefix and with_constraints:
+        raise UserError("--with_prefix and --with_constraints exclude each other; give one")
     settings = run.translator.settings
     prepared = run.translator.prepare(run.params)  # weight copies made once for the stream
     multi = settings.outputs_per_input > 1
@@ -35,13 +46,14 @@ def translate_stream(run, input_path: str, output_path: str, *, with_prefix: boo
     with _open(input_path, "r") as src, _open(output_path, "w") as out:
         batch: list[str] = []
         prefixes: list[str] | None = [] if with_prefix else None
+        constraints: list[list[str]] | None = [] if with_constraints else None
 
         def flush():
             nonlocal lines_done, truncated
             if not batch:
                 return
             result = run.translator.translate(
-                prepared, batch, first_id=lines_done, prefixes=prefixes
+                prepared, batch, first_id=lines_done, prefixes=prefixes, constraints=constraints
             )
             truncated += result.num_truncated
             for i, (hyps, scores) in enumerate(zip(result.hypotheses, result.scores, strict=True)):
@@ -53,8 +65,9 @@ def translate_stream(run, input_path: str, output_path: str, *, with_prefix: boo
             out.flush()
             lines_done += len(batch)
             batch.clear()
-            if prefixes is not None:
-                prefixes.clear()
+            for fields in (prefixes, constraints):
+                if fields is not None:
+                    fields.clear()
 
         line_no = 0
         try:
@@ -64,6 +77,9 @@ def translate_stream(run, input_path: str, output_path: str, *, with_prefix: boo
                 if prefixes is not None:  # source<TAB>prefix
                     line, _, prefix = line.partition("\t")
                     prefixes.append(prefix)
+                if constraints is not None:  # source<TAB>phrase<TAB>phrase...
+                    line, *phrases = line.split("\t")
+                    constraints.append(phrases)
                 batch.append(line)
                 if len(batch) == settings.batch_size:
                     flush()

@@ -23,8 +23,9 @@ from flax import nnx
 from transformer.common.errors import UserError
 from transformer.common.special_ids import EOS_ID, PAD_ID
 from transformer.data import source_batch, tokenize_sources
-from transformer.inference import search
+from transformer.inference import forcing, search
 from transformer.inference.beam import beam_search
+from transformer.inference.constrained import grid_beam_search
 from transformer.inference.filters import filters_from_settings
 from transformer.model.config import ModelConfig
 from transformer.model.decoding_network import decoding_network
@@ -209,7 +210,7 @@ class Translator:
 
     @functools.cached_property
     def _translate_fn(self):
-        return jax.jit(self._translate_batch, static_argnames=("graphdef", "max_out"))
+        return jax.jit(self._translate_batch, static_argnames=("graphdef", "max_out", "banks"))
 
     def lower(self, prepared: Prepared, src, row_ids, max_out: int):
         """The batch program for these shapes, lowered for ahead-of-time compiling (the
@@ -218,10 +219,13 @@ class Translator:
             prepared.state, src, row_ids, graphdef=prepared.graphdef, max_out=max_out
         )
 
-    def _translate_batch(self, state, src, row_ids, prefix=None, *, graphdef, max_out: int):
+    def _translate_batch(
+        self, state, src, row_ids, prefix=None, constraints=None, *, graphdef, max_out, banks=1
+    ):
         """src [B, S] (EOS-terminated, PAD_ID = padding) -> (tokens [B, R, max_out], scores [B, R]),
         by the decoding network (graphdef, state) of `prepare`; prefix: a search.Prefix per
-        source ([B, P], [B]) each output starts with, or None.
+        source ([B, P], [B]) each output starts with, or None; constraints: a
+        constrained.Constraints per source every output holds (beam search in `banks` banks).
 
         R outputs per input: n_best (beam), num_samples (sample) or 1 (greedy).
         """
@@ -235,6 +239,11 @@ class Translator:
         max_lens = jnp.floor(s.max_len_a * src_len + s.max_len_b).astype(jnp.int32)  # [B]
         if prefix is not None:  # room for the prefix and max_len_b tokens after it
             max_lens = jnp.maximum(max_lens, prefix.lengths + max(s.max_len_b, 1))
+        if constraints is not None:  # likewise for the constraint tokens
+            max_lens = jnp.maximum(max_lens, constraints.total() + max(s.max_len_b, 1))
+            return self._grid_search(
+                model, cross_kv, src_segments, max_lens, constraints, max_out, banks
+            )
         args = (model, cross_kv, src_segments, max_lens, prefix, max_out)
         if s.strategy == "beam":
             return self._beam_search(*args)
@@ -268,6 +277,25 @@ class Translator:
         )
         return out.tokens, out.scores
 
+    def _grid_search(self, model, cross_kv, src_segments, max_lens, constraints, max_out, banks):
+        s = self.settings
+        rows = src_segments.shape[0] * banks * s.beam_size
+        growth = self._growth(model, max_out)
+        out = grid_beam_search(
+            _decoder_step(model, cross_kv, src_segments),  # per source: shared by its rows
+            self._init_cache(model, rows, growth),
+            constraints=constraints,
+            beam_size=s.beam_size,
+            max_len=max_out,
+            max_lens=max_lens,
+            filters=self.filters,
+            alpha=s.length_penalty,
+            n_best=s.n_best,
+            banks=banks,
+            growth=growth,
+        )
+        return out.tokens, out.scores
+
     def _greedy_or_sample(
         self, model, cross_kv, src_segments, max_lens, prefix, max_out: int, row_ids
     ):
@@ -296,13 +324,14 @@ class Translator:
 
     # ------------------------------------------------------------------------------ text API
 
-    def max_output_len(self, src_width: int, prefix_width: int = 0) -> int:
-        """Output positions of a batch: a * source width + b, and room for a prefix and
-        max_len_b tokens after it, within model.max_len."""
+    def max_output_len(self, src_width: int, forced: int = 0) -> int:
+        """Output positions of a batch: a * source width + b, and room for `forced` tokens
+        (the longest prefix or constraint tokens) and max_len_b tokens more, within
+        model.max_len."""
         s = self.settings
         from_source = math.floor(s.max_len_a * src_width + s.max_len_b)
-        after_prefix = prefix_width + max(s.max_len_b, 1) if prefix_width else 0
-        return max(1, min(self.model_cfg.max_len, max(from_source, after_prefix)))
+        after_forced = forced + max(s.max_len_b, 1) if forced else 0
+        return max(1, min(self.model_cfg.max_len, max(from_source, after_forced)))
 
     def translate_ids(
         self,
@@ -310,6 +339,7 @@ class Translator:
         id_lists: Sequence[Sequence[int]],
         line_ids: Sequence[int] | None = None,
         prefix_lists: Sequence[Sequence[int]] | None = None,
+        constraint_lists: Sequence[Sequence[Sequence[int]]] | None = None,
     ):
         """EOS-terminated source id lists -> (token lists [n][R], scores [n][R]); params: the
         trained parameters or a `Prepared`.
@@ -317,15 +347,20 @@ class Translator:
         line_ids[i] numbers input i (default: i); sampling derives input i's random key from
         the seed and line_ids[i] alone, so its samples never depend on the batch around it.
         prefix_lists[i] (target ids, no EOS; may be empty): every output of input i starts
-        with them, and its score counts their model log-probabilities.
+        with them, and its score counts their model log-probabilities. constraint_lists[i]:
+        phrases (target id lists) every output of input i holds (beam search only).
         """
         s = self.settings
         prepared = self.prepare(params) if len(id_lists) else None
         line_ids = np.arange(len(id_lists)) if line_ids is None else np.asarray(line_ids)
         if len(line_ids) != len(id_lists):
             raise ValueError(f"{len(line_ids)} line ids for {len(id_lists)} inputs")
-        if prefix_lists is not None:
-            self._check_prefixes(prefix_lists, line_ids, len(id_lists))
+        forcing.check(prefix_lists, constraint_lists, line_ids, self.model_cfg.max_len)
+        if constraint_lists is not None and s.strategy != "beam":
+            raise UserError(
+                f"lexical constraints need beam search; decode.strategy={s.strategy!r}: set "
+                "--config.decode.strategy=beam"
+            )
         order = np.argsort([len(x) for x in id_lists], kind="stable")  # similar lengths together
         results: list = [None] * len(id_lists)
         for start in range(0, len(order), s.batch_size):
@@ -335,47 +370,21 @@ class Translator:
             batch = source_batch([id_lists[i] for i in chunk], s.batch_size, width)
             row_ids = np.zeros(s.batch_size, np.int32)
             row_ids[: len(chunk)] = line_ids[chunk]
-            prefix, prefix_width = self._prefix_batch(prefix_lists, chunk)
+            forced, longest_forced = forcing.batch(
+                prefix_lists, constraint_lists, chunk, rows=s.batch_size
+            )
             tokens, scores = self._translate_fn(
                 prepared.state,
                 jnp.asarray(batch["src"]),
                 jnp.asarray(row_ids),
-                *([] if prefix is None else [prefix]),
                 graphdef=prepared.graphdef,
-                max_out=self.max_output_len(width, prefix_width),
+                max_out=self.max_output_len(width, longest_forced),
+                **forced,
             )
             tokens, scores = np.asarray(tokens), np.asarray(scores)
             for r, i in enumerate(chunk):
                 results[i] = ([_until_eos(t) for t in tokens[r]], scores[r].tolist())
         return [r[0] for r in results], [r[1] for r in results]
-
-    def _check_prefixes(self, prefix_lists, line_ids, n: int) -> None:
-        """One prefix per input, each leaving room for the EOS within model.max_len."""
-        if len(prefix_lists) != n:
-            raise UserError(f"{len(prefix_lists)} target prefixes for {n} inputs; give one each")
-        limit = self.model_cfg.max_len
-        for line, ids in zip(line_ids, prefix_lists, strict=True):
-            if len(ids) + 1 > limit:
-                raise UserError(
-                    f"input line {line + 1}: its target prefix of {len(ids)} tokens leaves no "
-                    f"room for the EOS within model.max_len={limit}; shorten the prefix"
-                )
-            if EOS_ID in ids or PAD_ID in ids:
-                raise ValueError(f"input {line}: a target prefix holds the EOS or pad id")
-
-    def _prefix_batch(self, prefix_lists, chunk) -> tuple[search.Prefix | None, int]:
-        """(the chunk's prefixes as a search.Prefix [batch_size, P], P), or (None, 0)."""
-        if prefix_lists is None:
-            return None, 0
-        lists = [prefix_lists[i] for i in chunk]
-        width = max(1, _round_up(max(len(p) for p in lists), 8))  # few compiled shapes
-        tokens = np.zeros((self.settings.batch_size, width), np.int32)
-        lengths = np.zeros(self.settings.batch_size, np.int32)
-        for r, ids in enumerate(lists):
-            tokens[r, : len(ids)] = ids
-            lengths[r] = len(ids)
-        longest = int(lengths.max())
-        return search.Prefix(jnp.asarray(tokens), jnp.asarray(lengths)), longest
 
     def translate(
         self,
@@ -383,25 +392,23 @@ class Translator:
         lines: Sequence[str],
         first_id: int = 0,
         prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
     ) -> Translations:
         """Raw source lines -> detokenized translations (empty line in, empty line out).
 
         first_id is the line number of lines[0] in the whole input (decode.py's streaming
         batches): line i is numbered first_id + i, empty lines included. prefixes[i]: text
-        every translation of line i starts with (target side; '' = none).
+        every translation of line i starts with (target side; '' = none); constraints[i]:
+        phrases every translation of line i holds (beam search).
         """
         ids, truncated = tokenize_sources(lines, self.src_tok, self.model_cfg.max_len)
         nonempty = [i for i, line in enumerate(lines) if line.strip()]
-        prefix_lists = None
-        if prefixes is not None:
-            if len(prefixes) != len(lines):
-                raise UserError(f"{len(prefixes)} target prefixes for {len(lines)} lines")
-            prefix_lists = self.tgt_tok.tokenize_batch([prefixes[i].strip() for i in nonempty])
         token_lists, scores = self.translate_ids(
             params,
             [ids[i] for i in nonempty],
             [first_id + i for i in nonempty],
-            prefix_lists,
+            forcing.tokenize_prefixes(self.tgt_tok, prefixes, nonempty, len(lines)),
+            forcing.tokenize_constraints(self.tgt_tok, constraints, nonempty, len(lines)),
         )
         reps = self.settings.outputs_per_input
         hypotheses = [[""] * reps for _ in lines]
