@@ -342,3 +342,31 @@ def test_decode_ab_alternates_arms_and_reports_speedups_against_the_first():
     bad = run([*DECODE_AB, *tiny, "--arms", "beam=3;"], check=False)
     assert bad.returncode == 2 and "error: --arms: 'beam=3'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+FAKE_BENCH = """import json, os
+rate = 2.0 if os.environ.get("FAKE_SPEED") == "fast" else 1.0
+print(json.dumps({"figure": "setup", "value": 0, "unit": "-", "impl": "x"}))
+print(json.dumps({"figure": "tokens_per_s", "value": 100 * rate, "unit": "tokens/s", "impl": "x"}))
+print(json.dumps({"figure": "call_s", "value": 3.0 / rate, "unit": "s", "impl": "x"}))
+"""
+
+
+def test_env_ab_runs_each_arm_in_its_environment_and_inverts_times():
+    """A command whose speed the environment sets: the fast arm is 2x on both figures (its
+    rate doubles, its time halves) and an arm equal to the first is 1x."""
+    arms = "FAKE_SPEED=slow;FAKE_SPEED=fast;FAKE_SPEED=slow"
+    command = [sys.executable, "-c", FAKE_BENCH]
+    proc = run(["-m", "benchmarks.experiments.env_ab", "--arms", arms, "--json", "--", *command])
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    speedups = [r for r in records if r["figure"] == "env_ab_speedup"]
+    by = {(r["figure_of"], r["arm"]): r["value"] for r in speedups}
+    assert by == {
+        ("call_s", "FAKE_SPEED=fast"): 2.0,
+        ("call_s", "FAKE_SPEED=slow"): 1.0,
+        ("tokens_per_s", "FAKE_SPEED=fast"): 2.0,
+        ("tokens_per_s", "FAKE_SPEED=slow"): 1.0,
+    }
+    bad = run(["-m", "benchmarks.experiments.env_ab", "--arms", "NOEQUALS", "--", *command])
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
