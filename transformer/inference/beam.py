@@ -154,19 +154,19 @@ def _gather_cache(cache: Any, parent: jax.Array, active: jax.Array) -> Any:
     return jax.tree.map(lambda x: jnp.take(x, flat_parent, axis=0), cache)
 
 
-def _now_done(done, step, live_logp, fin_scores, limits, alpha, n_best: int) -> jax.Array:
+def now_done(done, step, best_live, fin_scores, limits, alpha, n_best: int) -> jax.Array:
     """Elements whose limit is reached or whose n-best list can no longer change: bool[B].
 
     Exact early stopping: a live beam with summed log-prob ``lp`` (<= 0, and only decreasing
     as tokens are added) that finishes at length ``L`` in ``[step + 2, limits[b]]`` scores
     at most ``lp / max(penalty(step + 2), penalty(limits[b]))`` (for ``alpha >= 0`` the
     penalty grows with length, so this is ``lp / penalty(limits[b])``). When this bound for
-    the best live beam is below the ``n_best``-th finished score, no future hypothesis can
-    enter the returned list, so freezing the element gives the result of running on.
+    the best live beam (``best_live`` [B]) is below the ``n_best``-th finished score, no
+    future hypothesis can enter the returned list, so freezing the element gives the result
+    of running on.
     """
     max_penalty = jnp.maximum(length_penalty(step + 2, alpha), length_penalty(limits, alpha))
-    bound = live_logp[:, 0] / max_penalty
-    return done | (step + 1 >= limits) | (bound < fin_scores[:, n_best - 1])
+    return done | (step + 1 >= limits) | (best_live / max_penalty < fin_scores[:, n_best - 1])
 
 
 def beam_step(
@@ -218,7 +218,7 @@ def beam_step(
         fin_seqs=jnp.where(a3, fin_seqs, s.fin_seqs),
         fin_lens=jnp.where(a2, fin_lens, s.fin_lens),
         live_len=s.live_len + active.astype(jnp.int32),
-        done=_now_done(s.done, s.step, live_logp, fin_scores, limits, alpha, n_best),
+        done=now_done(s.done, s.step, live_logp[:, 0], fin_scores, limits, alpha, n_best),
     )
 
 

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID
-from transformer.inference.beam import BeamOutput, length_penalty
+from transformer.inference.beam import BeamOutput, length_penalty, now_done
 from transformer.inference.filters import FilterChain
 from transformer.inference.search import (
     CacheGrowth,
@@ -284,7 +284,7 @@ def grid_step(
         fin_scores=fin_scores,
         fin_seqs=_where_active(active, fin_seqs, s.fin_seqs),
         fin_lens=_where_active(active, fin_lens, s.fin_lens),
-        done=_now_done(s.done, s.step, best.logp, fin_scores, limits, alpha, n_best),
+        done=now_done(s.done, s.step, _best(best.logp), fin_scores, limits, alpha, n_best),
     )
 
 
@@ -293,12 +293,9 @@ def _where_active(active: jax.Array, new: jax.Array, old: jax.Array) -> jax.Arra
     return jnp.where(active.reshape(-1, *([1] * (old.ndim - 1))), new, old)
 
 
-def _now_done(done, step, live_logp, fin_scores, limits, alpha, n_best: int) -> jax.Array:
-    """Limit reached, or no live beam of any bank can enter the n-best list (beam.py's exact
-    bound: summed log-probs only fall, the penalty is largest at the limit)."""
-    max_penalty = jnp.maximum(length_penalty(step + 2, alpha), length_penalty(limits, alpha))
-    best_live = jnp.max(live_logp.reshape(live_logp.shape[0], -1), axis=1)
-    return done | (step + 1 >= limits) | (best_live / max_penalty < fin_scores[:, n_best - 1])
+def _best(live_logp: jax.Array) -> jax.Array:
+    """The best live hypothesis of every bank: [B, G, K] -> [B] (early stopping's bound)."""
+    return jnp.max(live_logp.reshape(live_logp.shape[0], -1), axis=1)
 
 
 def _running(s: GridState) -> jax.Array:
