@@ -236,6 +236,42 @@ def test_kill9_midsave_and_sigterm_resume_like_an_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_kill9_and_resume_stop_early_at_the_uninterrupted_runs_step(tmp_path):
+    """Early stopping's counter and best value travel in the checkpoints: a run killed with
+    SIGKILL after its step-10 checkpoint and resumed stops at step 30, where an uninterrupted
+    run stops (loss must fall by 10 nats to count, so only the first validation is a best;
+    patience 2). A resume that forgot the counter would stop at step 40 or 50."""
+    early = dict(
+        FAULT_RUN,
+        train__num_steps=100,
+        train__eval_every=10,
+        train__checkpoint_every=10,
+        train__eval_bleu_sentences=8,  # slower validations: the kill lands before step 30
+        train__early_stopping_patience=2,
+        train__early_stopping_metric="loss",
+        train__early_stopping_min_delta=10.0,
+    )
+    args = tiny_args(**early)
+    reference = Train(tmp_path / "reference", args, name="reference")  # runs alongside
+    run = str(tmp_path / "run")
+    first = Train(run, args)
+    checkpoints = os.path.join(run, "checkpoints")
+    first.wait_until(lambda: os.path.isdir(os.path.join(checkpoints, "10")), poll=0.002)
+    first.kill()
+    killed_at = max(complete_steps(run))
+    assert killed_at < 30, f"the kill landed after the run stopped ({killed_at})"
+    second = Train(run, args)
+    assert second.finish() == 0, second.stderr[-3000:]
+    assert reference.finish() == 0, reference.stderr[-3000:]
+    assert resumed_from(run) == [killed_at]
+    for workdir in (reference.workdir, run):
+        info = read_metrics(os.path.join(workdir, "metrics.jsonl"), kind="info")
+        stops = [r["message"] for r in info if r["message"].startswith("early stopping at")]
+        assert len(stops) == 1 and stops[0].startswith("early stopping at step 30:"), stops
+        assert last_train_step(workdir) == 30 and complete_steps(workdir)[-1] == 30
+
+
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_one_line_and_a_good_checkpoint(tmp_path):
     """A learning rate of 1e30 (set on a resumed run) makes the loss NaN/inf within two
     steps: the run stops with exit 2 and one line naming the step and the last good

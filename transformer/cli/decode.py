@@ -1,6 +1,6 @@
 """Translate text with a trained run, streaming lines in order.
 
-    python decode.py --workdir DIR [--checkpoint latest|best|STEP] [--input FILE|-]
+    python decode.py --workdir DIR [--checkpoint auto|latest|best|STEP] [--input FILE|-]
         [--output FILE|-] [--config.decode.strategy=greedy|sample|beam]
         [--config.decode.temperature=T --config.decode.top_k=K --config.decode.top_p=P
          --config.decode.beam_size=N --config.decode.length_penalty=A
@@ -25,7 +25,12 @@ from absl import flags
 from transformer.cli.app import config_override_args, run_cli
 
 flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
-flags.DEFINE_string("checkpoint", "latest", "latest, best (by validation BLEU) or a step.")
+flags.DEFINE_string(
+    "checkpoint",
+    "auto",
+    "latest, best (by validation score), a step, or auto: best for a run trained with early "
+    "stopping, else latest.",
+)
 flags.DEFINE_string("input", "-", "Input file, one sentence per line; - = stdin.")
 flags.DEFINE_string("output", "-", "Output file; - = stdout.")
 flags.DEFINE_integer("average_last", 1, "Average the parameters of the last N checkpoints.")

@@ -1,6 +1,6 @@
 """Score a trained run with sacreBLEU and chrF.
 
-    python eval.py --workdir DIR [--checkpoint latest|best|STEP] [--split test]
+    python eval.py --workdir DIR [--checkpoint auto|latest|best|STEP] [--split test]
         [--src FILE --ref FILE] [--average_last N] [--longer_than N|train]
         [--length_buckets 10,20,30,40] [--score_references] [--prefix FILE | --constraints FILE]
         [--ensemble DIR[:STEP],...]
@@ -21,7 +21,12 @@ from transformer.cli.app import config_override_args, run_cli
 from transformer.scoring.length_buckets import DEFAULT_EDGES, bucket_label
 
 flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
-flags.DEFINE_string("checkpoint", "latest", "latest, best (by validation BLEU) or a step.")
+flags.DEFINE_string(
+    "checkpoint",
+    "auto",
+    "latest, best (by validation score), a step, or auto: best for a run trained with early "
+    "stopping, else latest.",
+)
 flags.DEFINE_string("split", "test", "Split to translate: valid, test or a split name.")
 flags.DEFINE_string("src", None, "Source file to translate instead of a split.")
 flags.DEFINE_string("ref", None, "Reference file for --src.")

@@ -38,7 +38,7 @@ class Evaluation:
 def evaluate(
     workdir: str,
     *,
-    checkpoint: str = "latest",
+    checkpoint: str = "auto",
     split: str = "test",
     src: str | None = None,
     ref: str | None = None,

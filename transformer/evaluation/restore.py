@@ -37,15 +37,16 @@ class RestoredRun:
 
 
 def restore_run(
-    workdir: str, *, checkpoint: str = "latest", average_last: int = 1, overrides=()
+    workdir: str, *, checkpoint: str = "auto", average_last: int = 1, overrides=()
 ) -> RestoredRun:
-    """Loads config, tokenizers and (averaged) parameters of a trained run."""
+    """Loads config, tokenizers and (averaged) parameters of a trained run. checkpoint:
+    latest, best, a step, or auto: best when the run stops early, else latest."""
     config = run_config.load(workdir)
     run_config.apply_overrides(config, list(overrides))
     settings = run_config.validate(config)
     model_cfg = settings.model
     checkpoints = Checkpointer(workdir, read_only=True)
-    step = checkpoints.resolve_step(checkpoint)
+    step = checkpoints.resolve_step(_default_checkpoint(config, checkpoint))
     if average_last < 1:
         raise UserError(f"--average_last={average_last} must be >= 1")
     available = [s for s in checkpoints.all_steps() if s <= step]
@@ -76,6 +77,14 @@ def restore_run(
         graphdef, model_cfg, settings.decode, data.source_tokenizer, data.target_tokenizer
     )
     return RestoredRun(workdir, config, model_cfg, graphdef, params, step, steps, data, translator)
+
+
+def _default_checkpoint(config, which: str) -> str:
+    """'auto': the best checkpoint of a run trained with early stopping (the one it stopped
+    for), else the latest."""
+    if which != "auto":
+        return which
+    return "best" if config.train.get("early_stopping_patience", 0) > 0 else "latest"
 
 
 def _average_params(checkpoints: Checkpointer, steps: list[int], abstract_params):

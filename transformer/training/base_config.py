@@ -113,6 +113,12 @@ def _train_section() -> ml_collections.ConfigDict:
     train.checkpoint_every = 1000
     train.keep_checkpoints = 3
     train.eval_bleu_sentences = 500  # validation sentences decoded for BLEU at each eval
+    # Stop once validation `early_stopping_metric` (bleu | loss) has not improved by more
+    # than min_delta for `patience` validations (0 = off); the best checkpoint is then kept
+    # and read by eval.py and decode.py by default (training/early_stopping.py)
+    train.early_stopping_patience = 0
+    train.early_stopping_metric = "bleu"
+    train.early_stopping_min_delta = 0.0
     return train
 
 

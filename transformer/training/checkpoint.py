@@ -2,7 +2,9 @@
 
 Saves are asynchronous and atomic: Orbax writes into a temporary directory and renames it
 when complete, so a save killed half-way never spoils an earlier checkpoint. Retention keeps
-the `keep` most recent checkpoints plus the best one by validation BLEU.
+the `keep` most recent checkpoints plus the best one by its validation score (BLEU, or minus
+the loss when early stopping ranks by loss: training/early_stopping.py), which is also what
+`best` resolves to.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ class Checkpointer:
         policy = policies.AnyPreservationPolicy(
             [
                 policies.LatestN(n=max(keep, 1)),
-                policies.BestN(
-                    get_metric_fn=lambda m: m["bleu"], n=1, keep_checkpoints_without_metrics=False
-                ),
+                policies.BestN(get_metric_fn=_score, n=1, keep_checkpoints_without_metrics=False),
             ]
         )
         options = ocp.CheckpointManagerOptions(
             preservation_policy=policy,
+            best_fn=_score,  # what best_step() ranks by (the policy alone does not set it)
+            best_mode="max",
             create=not read_only,
             enable_async_checkpointing=True,
             read_only=read_only,
@@ -60,8 +62,9 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
-    def save(self, step: int, state: Any, data_state: dict, meta: dict, bleu: float | None):
-        metrics = None if bleu is None else {"bleu": float(bleu)}
+    def save(self, step: int, state: Any, data_state: dict, meta: dict, score: float | None):
+        """score: the step's validation score (higher is better; None: not validated)."""
+        metrics = None if score is None else {"score": float(score)}
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data=ocp.args.JsonSave(data_state),
@@ -95,7 +98,7 @@ class Checkpointer:
             best = self.best_step()
             if best is None:
                 raise UserError(
-                    f"no checkpoint in {self.directory} has a validation BLEU yet; "
+                    f"no checkpoint in {self.directory} has a validation score yet; "
                     f"use --checkpoint=latest"
                 )
             return best
@@ -152,6 +155,12 @@ class Checkpointer:
 
     def close(self):
         self.manager.close()
+
+
+def _score(metrics: dict) -> float:
+    """A checkpoint's ranking score; checkpoints written before scores were recorded carry
+    their validation BLEU."""
+    return metrics["score"] if "score" in metrics else metrics["bleu"]
 
 
 def _leaf_name(path) -> str:

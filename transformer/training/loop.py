@@ -30,6 +30,7 @@ from transformer.model.transformer import count_params
 from transformer.scoring import metrics as metrics_lib
 from transformer.training import run_config
 from transformer.training.checkpoint import Checkpointer
+from transformer.training.early_stopping import STOPPED_MESSAGE, EarlyStopping
 from transformer.training.logger import MetricsLogger
 from transformer.training.optim import make_optimizer
 from transformer.training.parallel import Parallel
@@ -52,6 +53,7 @@ class TrainResult:
     last_loss: float | None
     stopped_by_signal: bool
     valid: dict | None
+    stopped_early: bool = False
 
 
 @dataclasses.dataclass
@@ -67,6 +69,7 @@ class _Run:
     checkpoints: Checkpointer
     logger: MetricsLogger
     train_iter: Any  # grain.DatasetIterator: its get_state/set_state go into checkpoints
+    stopping: EarlyStopping  # its counter and best value go into checkpoints too
 
 
 @dataclasses.dataclass
@@ -125,6 +128,7 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
         checkpoints=Checkpointer(workdir, keep=t.keep_checkpoints),
         logger=MetricsLogger(workdir, enabled=is_main, total_steps=t.num_steps),
         train_iter=data.train_iterator(),
+        stopping=EarlyStopping.from_config(t),
     )
     state, start = _restore_or_init(run, model, state)
     del model
@@ -226,6 +230,7 @@ def _restore(run: _Run, state: TrainState, step: int) -> TrainState:
     check_tokenizers(meta, run.data, f"{run.workdir}/checkpoints/{step}")
     state = TrainState(**restored)
     run.train_iter.set_state(data_state)
+    run.stopping.load(meta.get("early_stopping"))
     run.logger.truncate_after(step)
     run.logger.log_text(f"resumed from checkpoint at step {step}", step=step)
     return state
@@ -271,15 +276,19 @@ def _compile_steps(run: _Run, graphdef, optimizer, schedule, state: TrainState) 
 
 def _train_loop(run: _Run, steps: _Steps, state: TrainState, start: int) -> TrainResult:
     """Steps `start`..num_steps with train rows every log_every steps, validation every
-    eval_every and a checkpoint every checkpoint_every (and at the end or on a signal)."""
+    eval_every and a checkpoint every checkpoint_every (and at the end, on a signal, and
+    with early stopping at each new best validation and when it ends the run)."""
     t = run.config.train
     step = start
     last_loss = None
     last_valid = None
     pending = None  # (step, metrics) of the previous step, checked one step late
     window_tokens, window_start = 0, time.perf_counter()
+    if run.stopping.exhausted:  # resumed a run that had already stopped early
+        run.logger.log_text(f"stopped early before step {step}: {run.stopping.describe()}")
+        return TrainResult(step, None, False, None, stopped_early=True)
     with _StopFlag() as stop:
-        while step < t.num_steps and stop.signal is None:
+        while step < t.num_steps and stop.signal is None and not run.stopping.exhausted:
             batch = next(run.train_iter)
             window_tokens += int(np.count_nonzero(batch["src_segments"]))
             window_tokens += int(np.count_nonzero(batch["tgt_segments"]))
@@ -296,20 +305,28 @@ def _train_loop(run: _Run, steps: _Steps, state: TrainState, start: int) -> Trai
                 pending = None
                 _log_train(run.logger, step, step_metrics, window_tokens, window_start)
                 window_tokens, window_start = 0, time.perf_counter()
-            bleu = None
-            if step % t.eval_every == 0 or step == t.num_steps:
+            validated = step % t.eval_every == 0 or step == t.num_steps
+            if validated:
                 last_valid = _validate(run, steps, state, step)
-                bleu = last_valid.get("bleu")
+                run.stopping.update(step, last_valid)
                 window_start = time.perf_counter()  # evaluation time is not training time
-            if boundary:
-                _save(run, state, step, bleu)
+            new_best = validated and run.stopping.on and run.stopping.best_step == step
+            if boundary or new_best or run.stopping.exhausted:
+                if pending is not None:
+                    last_loss = _check_finite(pending, run.checkpoints)
+                    pending = None
+                _save(run, state, step, last_valid if validated else None)
+        if run.stopping.exhausted:
+            run.logger.log_text(f"{STOPPED_MESSAGE} {step}: {run.stopping.describe()}")
         if stop.signal is not None and step > start:
             if pending is not None:
                 last_loss = _check_finite(pending, run.checkpoints)
             if run.checkpoints.latest_step() != step:
                 _save(run, state, step, None)
             run.logger.log_text(f"stopped by signal {stop.signal} at step {step}; checkpoint saved")
-    return TrainResult(step, last_loss, stop.signal is not None, last_valid)
+    return TrainResult(
+        step, last_loss, stop.signal is not None, last_valid, stopped_early=run.stopping.exhausted
+    )
 
 
 def _log_train(logger: MetricsLogger, step: int, step_metrics, tokens: int, since: float):
@@ -322,10 +339,19 @@ def _log_train(logger: MetricsLogger, step: int, step_metrics, tokens: int, sinc
     logger.log_train(step, values)
 
 
-def _save(run: _Run, state: TrainState, step: int, bleu: float | None) -> None:
-    meta = {"step": step, "time": time.time(), "tokenizers": tokenizer_fingerprints(run.data)}
+def _save(run: _Run, state: TrainState, step: int, validation: dict | None) -> None:
+    """Checkpoint `step`, ranked by its validation's score when it was validated (with early
+    stopping, only when that validation was a new best, so `best` is the one it kept)."""
+    meta = {
+        "step": step,
+        "time": time.time(),
+        "tokenizers": tokenizer_fingerprints(run.data),
+        "early_stopping": run.stopping.state(),
+    }
     state = state_dict(run.parallel.logical_state(state))
-    run.checkpoints.save(step, state, run.train_iter.get_state(), meta, bleu)
+    ranked = validation is not None and (not run.stopping.on or run.stopping.best_step == step)
+    score = run.stopping.score(validation) if ranked else None
+    run.checkpoints.save(step, state, run.train_iter.get_state(), meta, score)
 
 
 def _check_finite(pending, checkpoints: Checkpointer) -> float:

@@ -13,6 +13,7 @@ import ml_collections
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
 from transformer.model.config import ModelConfig
+from transformer.training import early_stopping
 from transformer.training.base_config import get_base_config
 from transformer.training.optim import check_schedule
 from transformer.training.parallel import check_parallelism
@@ -144,6 +145,7 @@ def _check_train_section(t: ml_collections.ConfigDict) -> None:
         )
     if t.learning_rate <= 0:
         raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
+    early_stopping.check_config(t)
 
 
 def _check_choice(name: str, value, valid: tuple[str, ...]) -> None:

@@ -19,6 +19,7 @@ from transformer.research.sweep import lr_grid
 from transformer.research.sweep.lr_grid import scale_label
 from transformer.research.sweep.spec import Sweep, load_base_config, set_overrides
 from transformer.training import run_config
+from transformer.training.early_stopping import STOPPED_MESSAGE
 
 STATUS_FILE = "status.json"
 
@@ -253,8 +254,21 @@ def read_eval(run: Run) -> dict | None:
 
 
 def is_finished(run: Run) -> bool:
+    """Evaluated after training ended: at train.num_steps, or earlier by early stopping (its
+    evaluation then reads the best checkpoint, not the last)."""
     record = read_eval(run)
-    return record is not None and run.num_steps is not None and record.get("step") == run.num_steps
+    if record is None or run.num_steps is None:
+        return False
+    return record.get("step") == run.num_steps or stopped_early(run.workdir)
+
+
+def stopped_early(workdir: str) -> bool:
+    """Whether the run's metrics.jsonl records that early stopping ended it."""
+    try:
+        rows = read_metrics(os.path.join(workdir, METRICS_FILE), kind="info")
+    except UserError:
+        return False
+    return any(r.get("message", "").startswith(STOPPED_MESSAGE) for r in rows)
 
 
 def classify_failure(returncode: int, stderr_text: str) -> str:
