@@ -39,9 +39,9 @@ import sys
 import time
 
 from benchmarks.common import emit, median_time, peak_rss_mib, spread
-from benchmarks.marian_weights import marian_config
 from transformer.common.machine import describe_machine
 from transformer.common.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID
+from transformer.interop.marian import marian_config
 
 IMPL = "torch-marian"
 

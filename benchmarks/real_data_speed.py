@@ -1,5 +1,5 @@
 """Translation speed on real data: a trained run through this project and, with the very same
-weights, through Hugging Face's MarianMTModel (benchmarks/marian_weights.py) and through
+weights, through Hugging Face's MarianMTModel (transformer/interop/marian.py) and through
 CTranslate2 in float32 and int8 (benchmarks/ctranslate2_weights.py).
 
 Usage:
@@ -62,7 +62,7 @@ import tempfile
 
 import numpy as np
 
-from benchmarks import ctranslate2_weights, marian_weights
+from benchmarks import ctranslate2_weights
 from benchmarks.common import (
     MAX_BACKGROUND_LOAD_PER_CORE,
     busy,
@@ -73,6 +73,7 @@ from benchmarks.common import (
 from transformer.common.errors import UserError, report_user_error
 from transformer.common.machine import describe_machine
 from transformer.common.special_ids import PAD_ID
+from transformer.interop import marian
 
 OURS, PEER = "jax-transformer", "torch-marian"
 MODES = ("greedy", "beam4")
@@ -194,7 +195,7 @@ def _generate_batch(hf, id_lists, chunk, max_new_tokens: int, kwargs) -> list[li
             max_new_tokens=max_new_tokens,
             **kwargs,
         )
-    return marian_weights.generated_ids(out.numpy())
+    return marian.generated_ids(out.numpy())
 
 
 def run_batched(batch_fn, settings, max_len: int, corpus: Corpus, repeats: int) -> Outputs:
@@ -363,7 +364,7 @@ def benchmark(args, load_before: float) -> None:
 
     transformers.logging.set_verbosity_error()
     run = restore_run(args.workdir, checkpoint=args.checkpoint)
-    hf = marian_weights.to_marian(run.model_cfg, run.params)  # UserError if not expressible
+    hf = marian.to_marian(run.model_cfg, run.params)  # UserError if not expressible
     corpus = load_corpus(run, args.split, args.max_sentences)
     emit("setup", 0, "-", OURS, args.json, **setup_info(run, hf, corpus, load_before))
     cores = os.cpu_count() or 1

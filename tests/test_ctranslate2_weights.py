@@ -1,4 +1,5 @@
-"""benchmarks/ctranslate2_weights.py: a CTranslate2 model holding exactly our weights.
+"""benchmarks/ctranslate2_weights.py (over transformer/interop/ctranslate2_model.py): a
+CTranslate2 model holding exactly our weights.
 
 Tiny random Post-LN models whose every parameter is moved away from its init, so a transposed,
 unfused or misplaced weight cannot pass: CTranslate2's own scoring of forced targets equals
@@ -32,13 +33,18 @@ def converted(tmp_path, cfg, params, quantization="float32"):
     return ctranslate2.Translator(out, device="cpu", intra_threads=1)
 
 
-@pytest.mark.parametrize("activation", fast_subset(["relu", "gelu", "gelu_tanh"], ["gelu"]))
-def test_forced_target_scores_equal_our_log_probabilities(tmp_path, activation):
+@pytest.mark.parametrize(
+    "activation, output_bias",
+    fast_subset(
+        [("relu", False), ("gelu", False), ("gelu_tanh", False), ("silu", True)], [("gelu", False)]
+    ),
+)
+def test_forced_target_scores_equal_our_log_probabilities(tmp_path, activation, output_bias):
     import jax
     import jax.numpy as jnp
     from flax import nnx
 
-    cfg = post_ln_config(activation=activation)
+    cfg = post_ln_config(activation=activation, output_bias=output_bias)
     graphdef, params = random_model(cfg)
     rng = np.random.default_rng(0)
     src_lengths, tgt_lengths = [9, 5, 3, 7], [7, 4, 6, 2]

@@ -1,5 +1,5 @@
 """Fault injection on real `python train.py` processes: kill -9 (also mid-save), SIGTERM,
-a non-finite loss, an unwritable workdir and a full disk.
+a non-finite loss, an unwritable workdir, a full disk and checkpoints damaged on disk.
 
 Every run uses `tests.helpers.tiny_config()` passed as `--config.*` overrides on
 configs/default.py, so what is tested is the command line a user runs. Each process start
@@ -8,6 +8,8 @@ costs ~10-20 s of imports and XLA compilation on 2 cores; the tests start as few
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import re
 import shutil
@@ -20,7 +22,9 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT, tiny_args
+from tests.helpers import ROOT, fast_subset, run, tiny_args
+from tests.test_bad_inputs import copy_run
+from tests.test_training_concepts import orbax_params
 from transformer.common.metrics_file import read_metrics
 from transformer.training.checkpoint import Checkpointer
 
@@ -64,6 +68,11 @@ class Train:
     @property
     def stderr(self) -> str:
         with open(self.stderr_path) as f:
+            return f.read()
+
+    @property
+    def stdout(self) -> str:
+        with open(self.stdout_path) as f:
             return f.read()
 
     def wait_until(self, predicate, *, poll=0.02, timeout=START_TIMEOUT):
@@ -374,3 +383,136 @@ def test_full_disk_during_a_save_is_a_one_line_error(tmp_path):
         assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))
     finally:
         _umount(checkpoints)
+
+
+# ------------------------------------------------------------ checkpoints damaged on disk
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A finished train.py run: checkpoints at steps 10 and 20, a train row every step."""
+    workdir = tmp_path_factory.mktemp("damaged") / "run"
+    proc = Train(workdir, tiny_args(**{**FAULT_RUN, "train__num_steps": 20}))
+    assert proc.finish() == 0, proc.stderr[-3000:]
+    return str(workdir)
+
+
+def array_files(workdir, step: int) -> list[str]:
+    """Checkpoint `step`'s OCDBT data files (the array chunks), largest first."""
+    pattern = os.path.join(workdir, "checkpoints", str(step), "state", "ocdbt.process_*", "d")
+    files = [os.path.join(d, name) for d in glob.glob(pattern) for name in os.listdir(d)]
+    assert files, f"no array files under {pattern}"
+    return sorted(files, key=os.path.getsize, reverse=True)
+
+
+def _truncate(path):
+    os.truncate(path, os.path.getsize(path) // 3)
+
+
+def _garble(path):
+    with open(path, "r+b") as f:
+        f.write(np.random.default_rng(0).bytes(os.path.getsize(path)))
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+# How a finished checkpoint gets damaged on disk after its save (each only its largest array
+# file, or one metadata file): a file cut short, deleted, overwritten with noise.
+DAMAGE = {
+    "array_file_truncated": lambda run, step: _truncate(array_files(run, step)[0]),
+    "array_file_deleted": lambda run, step: os.remove(array_files(run, step)[0]),
+    "array_file_garbled": lambda run, step: _garble(array_files(run, step)[0]),
+    "array_metadata_deleted": lambda run, step: os.remove(
+        os.path.join(run, "checkpoints", str(step), "state", "_METADATA")
+    ),
+    "run_metadata_garbled": lambda run, step: _write(
+        os.path.join(run, "checkpoints", str(step), "meta", "metadata"), "{"
+    ),
+}
+RESUME_ARGS = tiny_args(**{**FAULT_RUN, "train__num_steps": 30, "train__keep_checkpoints": 2})
+WARNING = re.compile(
+    r"warning: checkpoint 20 is unreadable \((?P<why>.+)\), moved to (?P<moved>\S+); "
+    r"the run continues from step 10"
+)
+
+
+@pytest.mark.parametrize("damage", fast_subset(DAMAGE, ["array_file_truncated"]))
+def test_a_damaged_latest_checkpoint_resumes_from_the_one_before(trained_run, tmp_path, damage):
+    """Checkpoint 20 of a finished run damaged on disk: train.py to step 30 warns in one line
+    that 20 is unreadable and moved aside, resumes from 10 (recomputing step 20 bitwise as the
+    undamaged run did), saves a new 20 and 30 past it, and retention (keep 2) ignores the
+    damaged directory."""
+    workdir = copy_run(trained_run, tmp_path)
+    DAMAGE[damage](workdir, 20)
+    damaged = sorted(os.listdir(os.path.join(workdir, "checkpoints", "20")))
+
+    proc = Train(workdir, RESUME_ARGS)
+    assert proc.finish() == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    warnings = [line for line in proc.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and WARNING.fullmatch(warnings[0]), warnings
+    moved = WARNING.fullmatch(warnings[0]).group("moved")
+    assert moved == os.path.join(os.path.abspath(workdir), "checkpoints", "20.unreadable")
+    assert sorted(os.listdir(moved)) == damaged  # kept as it was, for inspection
+
+    assert resumed_from(workdir) == [10]
+    assert complete_steps(workdir) == [20, 30]  # 10 retired by keep=2; 20.unreadable unlisted
+    rows = train_rows(workdir)
+    assert [r["step"] for r in rows] == list(range(1, 31))
+    before = {r["step"]: r["loss"] for r in train_rows(trained_run)}
+    assert [r["loss"] for r in rows[:20]] == [before[s] for s in range(1, 21)]  # bitwise
+    again, saved = orbax_params(workdir, 20), orbax_params(trained_run, 20)
+    assert again.keys() == saved.keys()
+    for name in saved:
+        np.testing.assert_array_equal(again[name], saved[name], err_msg=name)
+
+
+def test_every_checkpoint_unreadable_is_a_one_line_error(trained_run, tmp_path):
+    """No readable checkpoint: train.py does not start over from step 0 on its own (that would
+    hide the damage and log a second run into the workdir); one line names the checkpoint
+    directory and the fix, and nothing in the workdir changes."""
+    workdir = copy_run(trained_run, tmp_path)
+    for step in (10, 20):
+        _truncate(array_files(workdir, step)[0])
+    checkpoints = os.path.join(os.path.abspath(workdir), "checkpoints")
+    metrics = open(os.path.join(workdir, "metrics.jsonl"), "rb").read()
+
+    proc = Train(workdir, RESUME_ARGS)
+    assert_one_line_error(
+        proc.finish(),
+        proc.stderr,
+        rf"^error: every checkpoint in {re.escape(checkpoints)} is unreadable \(steps \[10, 20\]; "
+        r"step 20: .+\); nothing was changed: to train from step 0 use a new --workdir \(or "
+        rf"delete {re.escape(workdir)}\), or restore the files from a backup$",
+    )
+    assert sorted(os.listdir(checkpoints)) == ["10", "20"]
+    assert open(os.path.join(workdir, "metrics.jsonl"), "rb").read() == metrics
+
+
+@pytest.mark.parametrize("script", fast_subset(["eval.py", "decode.py"], ["eval.py"]))
+def test_eval_and_decode_name_an_unreadable_checkpoint(trained_run, tmp_path, script):
+    """eval.py/decode.py on a run whose latest checkpoint is damaged (every array file cut to
+    a third, so the parameters are hit wherever Orbax put them) stop with one line naming it
+    and the flag that picks another; that flag then works."""
+    workdir = copy_run(trained_run, tmp_path)
+    for path in array_files(workdir, 20):
+        _truncate(path)
+    args = [script, "--workdir", workdir]
+    if script == "decode.py":
+        (tmp_path / "in.txt").write_text("the dog sleeps\n")
+        args += ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
+    proc = run(args)
+    checkpoints = re.escape(os.path.join(os.path.abspath(workdir), "checkpoints"))
+    assert_one_line_error(
+        proc.returncode,
+        proc.stderr,
+        rf"^error: checkpoint 20 in {checkpoints} is unreadable \(.+\); pick another with "
+        r"--checkpoint=STEP, one of \[10\]$",
+    )
+    if script == "eval.py":
+        proc = run([*args, "--checkpoint=10"])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.load(open(os.path.join(workdir, "eval", "test.json")))["step"] == 10

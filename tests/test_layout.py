@@ -75,6 +75,7 @@ def test_every_package_states_its_layer_and_the_layers_form_no_cycle():
         "inference",
         "training",
         "evaluation",
+        "interop",
         "research",
         "cli",
     }

@@ -1,4 +1,4 @@
-"""benchmarks/marian_weights.py: a Hugging Face MarianMTModel holding exactly our weights.
+"""transformer/interop/marian.py: a Hugging Face MarianMTModel holding exactly our weights.
 
 Tiny random Post-LN models whose every bias and norm parameter is perturbed away from its
 init (zeros, ones), so a transposed, unpermuted or misplaced weight cannot pass: teacher-forced
@@ -19,21 +19,26 @@ from tests.helpers import fast_subset, tiny_config
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from benchmarks import marian_weights  # noqa: E402
 from tests.post_ln_models import padded_rows, post_ln_config, random_model  # noqa: E402
 from transformer.common.errors import UserError  # noqa: E402
 from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from transformer.interop import marian  # noqa: E402
 
 
-@pytest.mark.parametrize("activation", fast_subset(["relu", "gelu", "gelu_tanh"], ["gelu"]))
-def test_teacher_forced_logits_agree_on_a_padded_batch(activation):
+@pytest.mark.parametrize(
+    "activation, output_bias",
+    fast_subset(
+        [("relu", False), ("gelu", False), ("gelu_tanh", False), ("silu", True)], [("gelu", False)]
+    ),
+)
+def test_teacher_forced_logits_agree_on_a_padded_batch(activation, output_bias):
     import jax
     import jax.numpy as jnp
     from flax import nnx
 
-    cfg = post_ln_config(activation=activation)
+    cfg = post_ln_config(activation=activation, output_bias=output_bias)
     graphdef, params = random_model(cfg)
-    hf = marian_weights.to_marian(cfg, params)
+    hf = marian.to_marian(cfg, params)
     rng = np.random.default_rng(0)
     src = padded_rows(rng, [9, 5, 3, 7], end=EOS_ID)  # [4, 9]
     tgt_in = padded_rows(rng, [7, 4, 6, 2], first=BOS_ID)  # [4, 7]
@@ -55,8 +60,8 @@ def test_position_table_is_hf_own_and_matches_ours_permuted():
     from transformer.model.position import sinusoidal_table
 
     cfg = post_ln_config()
-    hf = marian_weights.to_marian(cfg, random_model(cfg)[1])
-    perm = marian_weights.residual_permutation(cfg.d_model)
+    hf = marian.to_marian(cfg, random_model(cfg)[1])
+    perm = marian.residual_permutation(cfg.d_model)
     ours = np.asarray(sinusoidal_table(cfg.max_len, cfg.d_model))[:, perm]
     for stack in (hf.model.encoder, hf.model.decoder):
         np.testing.assert_allclose(stack.embed_positions.weight.numpy(), ours, atol=1e-5)
@@ -78,7 +83,7 @@ def test_greedy_ids_equal_hf_generate(activation):
     src = padded_rows(rng, lengths, end=EOS_ID)  # [6, 9]
     id_lists = [row[:n].tolist() for row, n in zip(src, lengths, strict=True)]
     ours, _ = Translator(graphdef, cfg, settings, None, None).translate_ids(params, id_lists)
-    hf = marian_weights.to_marian(cfg, params)
+    hf = marian.to_marian(cfg, params)
     src_t = torch.from_numpy(src).long()
     with torch.inference_mode():
         out = hf.generate(
@@ -88,7 +93,7 @@ def test_greedy_ids_equal_hf_generate(activation):
             do_sample=False,
             max_new_tokens=10,
         )
-    theirs = marian_weights.generated_ids(out.numpy())
+    theirs = marian.generated_ids(out.numpy())
     assert [r[0] for r in ours] == theirs
 
 
@@ -107,12 +112,12 @@ def test_greedy_ids_equal_hf_generate(activation):
 )
 def test_check_compatible_names_the_field(field, value):
     with pytest.raises(UserError, match=rf"model\.{field}=") as info:
-        marian_weights.check_compatible(post_ln_config(**{field: value}))
+        marian.check_compatible(post_ln_config(**{field: value}))
     assert "\n" not in str(info.value)
 
 
 def test_check_compatible_accepts_post_ln_and_mha_written_out():
-    marian_weights.check_compatible(post_ln_config(num_kv_heads=4, activation="gelu"))
+    marian.check_compatible(post_ln_config(num_kv_heads=4, activation="gelu"))
 
 
 @pytest.mark.slow

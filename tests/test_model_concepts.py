@@ -664,11 +664,17 @@ def test_every_activation_gives_distinct_logits():
         assert np.abs(logits[a] - logits[b]).max() > 1e-6, f"{a} and {b} give the same logits"
 
 
+def test_output_bias_adds_its_vector_to_every_logit():
+    model = assign_named_params(Transformer(tiny(**BASELINE, output_bias=True), rngs=nnx.Rngs(0)))
+    bias = np.asarray(model.output_bias[...])
+    np.testing.assert_allclose(forward(model), switched_logits() + bias, atol=1e-5, rtol=0)
+
+
 SWITCHES = (
     [dict(norm_position="pre"), dict(norm_type="rmsnorm")]
     + [dict(position=p) for p in POSITIONS if p != "sinusoidal"]
     + [dict(num_kv_heads=2), dict(num_kv_heads=1), dict(use_bias=False)]
-    + [dict(tie_output=False), dict(share_embeddings=False)]
+    + [dict(tie_output=False), dict(share_embeddings=False), dict(output_bias=True)]
 )
 
 

@@ -29,6 +29,7 @@ SCRIPTS = [
     "transformer-sweep",
     "transformer-analyze",
     "transformer-report",
+    "transformer-interop",
 ]
 
 

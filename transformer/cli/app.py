@@ -85,6 +85,7 @@ ROUTINE_NOTICES = (
     "Using custom data configuration",  # tensorflow_datasets, our parallel_text builder
     "CheckpointManagerOptions.read_only=True",  # orbax, restoring for eval/decode
     "Given directory is read only",  # orbax, the same
+    "Requested `tracked_metric`",  # orbax, on a checkpoint saved without a validation score
 )
 
 

@@ -3,7 +3,8 @@
     python train.py --config configs/default.py --workdir runs/default \
         [--config.section.field=value ...]
 
-Rerunning with the same --workdir resumes from its latest checkpoint. Multi-host: pass
+Rerunning with the same --workdir resumes from its latest readable checkpoint (one damaged on
+disk is moved aside with a warning: docs/reliability.md). Multi-host: pass
 --coordinator_address/--num_processes/--process_id, or --distributed to let JAX read them
 from the cluster environment (Slurm, TPU pods).
 """

@@ -8,7 +8,7 @@ from typing import Any
 from transformer.model.dropout import check_rate
 from transformer.model.position_schemes import SCHEMES, scheme_names
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONS = scheme_names()  # the built-in schemes; position_schemes.register adds more
@@ -47,6 +47,9 @@ class ModelConfig:
     share_embeddings: bool = True
     # Output projection = target embedding transposed.
     tie_output: bool = True
+    # A learned bias [vocab_size] added to the logits (Marian's final_logits_bias; imported
+    # OPUS-MT models have one).
+    output_bias: bool = False
     # Compute dtype; parameters, logits, softmax and loss stay float32.
     dtype: str = "float32"
     use_bias: bool = True

@@ -97,6 +97,7 @@ ACTIVATION_FNS = {
     "relu": jax.nn.relu,
     "gelu": gelu,
     "gelu_tanh": gelu_tanh,
+    "silu": jax.nn.silu,  # x * sigmoid(x): Marian's swish
     "swiglu": jax.nn.silu,
     "geglu": gelu,
 }

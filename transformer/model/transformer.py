@@ -183,6 +183,9 @@ class Transformer(nnx.Module):
         self.encoder_norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps) if pre else None
         self.decoder_norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps) if pre else None
         self.output = projections.output(cfg, rngs=rngs)  # None: the tied embedding's
+        self.output_bias = (  # added to the logits (Marian's final_logits_bias)
+            nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32)) if cfg.output_bias else None
+        )
 
     # ----------------------------------------------------------------------------- embedding
 
@@ -324,8 +327,10 @@ class Transformer(nnx.Module):
     def logits(self, x: jax.Array) -> jax.Array:
         """Final projection in float32 (logits, softmax and loss stay float32 under bf16)."""
         if self.output is None:
-            return self.target_embedding.attend(x)
-        return self.output(x.astype(jnp.float32))
+            logits = self.target_embedding.attend(x)
+        else:
+            logits = self.output(x.astype(jnp.float32))
+        return logits if self.output_bias is None else logits + self.output_bias[...]
 
     def init_cache(self, batch_size: int, max_len: int | None = None, dtype=None) -> Cache:
         """Zeroed self-attention KV cache: per layer {'k', 'v'} [B, K, max_len, D], in dtype

@@ -28,7 +28,7 @@ def _model_section() -> ml_collections.ConfigDict:
     model.num_encoder_layers = 6
     model.num_decoder_layers = 6
     model.d_ff = 2048
-    model.activation = "relu"  # relu | gelu (exact, erf) | gelu_tanh | swiglu | geglu
+    model.activation = "relu"  # relu | gelu (exact, erf) | gelu_tanh | silu | swiglu | geglu
     model.norm_position = "post"  # pre | post
     model.norm_type = "layernorm"  # layernorm | rmsnorm
     model.position = "sinusoidal"  # sinusoidal | learned | rope | alibi | relative | none
@@ -38,6 +38,7 @@ def _model_section() -> ml_collections.ConfigDict:
     model.activation_dropout_rate = 0.0
     model.share_embeddings = True  # one table for source and target (needs a shared vocab)
     model.tie_output = True  # output projection = target embedding transposed
+    model.output_bias = False  # a learned bias on the logits (imported Marian models)
     model.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
     model.use_bias = True
     model.norm_eps = 1e-6

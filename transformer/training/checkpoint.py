@@ -5,12 +5,18 @@ when complete, so a save killed half-way never spoils an earlier checkpoint. Ret
 the `keep` most recent checkpoints plus the best one by its validation score (BLEU, or minus
 the loss when early stopping ranks by loss: training/early_stopping.py), which is also what
 `best` resolves to.
+
+A complete checkpoint whose files are damaged later (truncated, deleted or garbled on disk)
+raises `UnreadableCheckpoint` when restored; train.py then resumes from an older one and
+`set_aside` renames the damaged one to `<step>.unreadable`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import sys
 from typing import Any
 
 import orbax.checkpoint as ocp
@@ -18,6 +24,22 @@ from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
 from transformer.common.errors import UserError
+
+UNREADABLE_SUFFIX = ".unreadable"  # a damaged checkpoint set aside: <step>.unreadable
+
+
+class UnreadableCheckpoint(UserError):
+    """A complete (listed) checkpoint whose files cannot be read: truncated, deleted or
+    garbled after its save. `step` names it, `reason` says what failed to read."""
+
+    def __init__(self, directory: str, step: int, reason: str, others: list[int]):
+        self.step, self.reason = step, reason
+        choice = (
+            f"pick another with --checkpoint=STEP, one of {others}"
+            if others
+            else "it is the only checkpoint: restore its files from a backup or retrain"
+        )
+        super().__init__(f"checkpoint {step} in {directory} is unreadable ({reason}); {choice}")
 
 
 class Checkpointer:
@@ -120,6 +142,14 @@ class Checkpointer:
         restored = self._restore_checked(step, abstract_state, args)
         return restored.state, restored.data, restored.meta
 
+    def meta(self, step: int) -> dict:
+        """The run metadata of checkpoint `step` alone (no array is read)."""
+        args = ocp.args.Composite(meta=ocp.args.JsonRestore())
+        try:
+            return self.manager.restore(step, args=args).meta or {}
+        except Exception as e:  # noqa: BLE001 - a missing or garbled JSON file
+            raise self._unreadable(step, e) from None
+
     def restore_params(self, step: int, abstract_params: Any) -> tuple[Any, dict]:
         """Restores only the parameters at `step` (and the run metadata): a partial restore
         that never reads the optimizer state, about twice the parameters' size under Adam.
@@ -137,21 +167,67 @@ class Checkpointer:
         return restored.state["params"], restored.meta
 
     def _restore_checked(self, step: int, abstract_state: Any, args):
-        """manager.restore(step, args) after comparing abstract_state's parameter shapes with
-        the checkpoint's; any mismatch is one UserError naming the parameters."""
+        """manager.restore(step, args) once the checkpoint's metadata lists exactly the arrays
+        and shapes abstract_state asks for. A mismatch is one UserError naming the arrays (the
+        config is at fault); a failure to read then is an UnreadableCheckpoint (the files are)."""
         # Shapes are compared from the metadata first: a restore that fails on them leaves
         # Orbax's asyncio reads failing in the background, which print tracebacks at exit.
-        what = _shape_differences(os.path.join(self.directory, str(step), "state"), abstract_state)
-        if not what:
+        _drop_orphaned_read_errors()  # a damaged checkpoint leaves such reads too
+        what = _shape_differences(self._stored_shapes(step), abstract_state)
+        if what:
+            self.close()
+            raise UserError(
+                f"checkpoint {self.directory}/{step} does not match the model config ({what}); "
+                "use the config the run was trained with"
+            )
+        try:
+            return self.manager.restore(step, args=args)
+        except Exception as e:  # noqa: BLE001 - every array asked for is listed: reading failed
+            raise self._unreadable(step, e) from None
+
+    def _stored_shapes(self, step: int) -> dict[str, tuple]:
+        """{array name: shape} from checkpoint `step`'s metadata; an UnreadableCheckpoint when
+        the metadata is missing or garbled."""
+        import jax
+
+        state_dir = epath.Path(self.directory) / str(step) / "state"
+        try:
+            # The item's handler reads only the item's own metadata; a Checkpointer would also
+            # look for step-level metadata in `state_dir` and log a warning that it is absent.
+            metadata = ocp.StandardCheckpointHandler().metadata(state_dir)
+        except Exception as e:  # noqa: BLE001 - missing, truncated or garbled metadata files
+            raise self._unreadable(step, e) from None
+        leaves = jax.tree.leaves(getattr(metadata, "tree", None))
+        return {m.name: tuple(m.shape) for m in leaves if hasattr(m, "name")}
+
+    def _unreadable(self, step: int, e: Exception) -> UnreadableCheckpoint:
+        others = [s for s in self.all_steps() if s != step]
+        return UnreadableCheckpoint(self.directory, step, _read_reason(e), others)
+
+    def set_aside(self, step: int) -> str | None:
+        """Renames unreadable checkpoint `step` to `<step>.unreadable` (`.unreadable.2`, ...
+        when taken): kept for inspection under a name Orbax does not list, so it is neither
+        restored, `latest`, counted by retention, nor in the way of a new save of `step`.
+        Returns the new path (on process 0, which renames; None on the others)."""
+        import jax
+
+        target = None
+        if jax.process_index() == 0:
+            source = os.path.join(self.directory, str(step))
+            target = _unused_path(source + UNREADABLE_SUFFIX)
             try:
-                return self.manager.restore(step, args=args)
-            except (ValueError, KeyError) as e:
-                what = _first_line(e)
-        self.close()
-        raise UserError(
-            f"checkpoint {self.directory}/{step} does not match the model config ({what}); "
-            "use the config the run was trained with"
-        )
+                os.rename(source, target)
+            except OSError as e:
+                raise UserError(
+                    f"cannot move unreadable checkpoint {source} aside ({e.strerror}); move or "
+                    f"delete it yourself, then rerun"
+                ) from None
+        if jax.process_count() > 1:  # every process lists the steps only after the rename
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"checkpoint {step} set aside")
+        self.manager.reload()
+        return target
 
     def close(self):
         self.manager.close()
@@ -174,37 +250,93 @@ def _leaf_name(path) -> str:
     return ".".join(parts)
 
 
-def _shape_differences(state_dir: str, abstract_state: Any, limit: int = 3) -> str:
-    """The parameters whose stored shapes differ from the config's, as one short phrase
-    ('' when the checkpoint's metadata cannot be read)."""
+def _shape_differences(stored: dict[str, tuple], abstract_state: Any) -> str:
+    """How the stored arrays (name -> shape) differ from abstract_state's under the same
+    top-level keys, as one short phrase ('' when they are the same arrays and shapes)."""
     import jax
 
-    try:
-        # The item's handler reads only the item's own metadata; a Checkpointer would also
-        # look for step-level metadata in `state_dir` and log a warning that it is absent.
-        metadata = ocp.StandardCheckpointHandler().metadata(epath.Path(state_dir))
-        stored = getattr(metadata, "tree", None)
-        stored = {m.name: tuple(m.shape) for m in jax.tree.leaves(stored) if hasattr(m, "name")}
-    except Exception:  # noqa: BLE001 - only a better message is at stake
-        return ""
     wanted = {
         _leaf_name(path): tuple(leaf.shape)
         for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)
     }
-    params = sorted(name for name in wanted.keys() | stored.keys() if name.startswith("params."))
-    differ = [n for n in params if n in wanted and n in stored and wanted[n] != stored[n]]
+    items = {name.split(".")[0] for name in wanted}  # a partial restore asks for "params" only
+    names = sorted(n for n in wanted.keys() | stored.keys() if n.split(".")[0] in items)
+    # The optimizer's moments mirror the parameters: name the parameters when they differ.
+    params = [n for n in names if n.startswith("params.")]
+    return _describe_differences(params, stored, wanted) or _describe_differences(
+        names, stored, wanted
+    )
+
+
+def _describe_differences(names: list[str], stored: dict, wanted: dict, limit: int = 3) -> str:
+    differ = [n for n in names if n in wanted and n in stored and wanted[n] != stored[n]]
     parts = [
-        f"{n[len('params.') :]}: checkpoint {stored[n]}, config {wanted[n]}" for n in differ[:limit]
+        f"{n.removeprefix('params.')}: checkpoint {stored[n]}, config {wanted[n]}"
+        for n in differ[:limit]
     ]
     if len(differ) > limit:
         parts.append(f"{len(differ) - limit} more shapes differ")
-    only_stored = [n for n in params if n not in wanted]
-    only_wanted = [n for n in params if n not in stored]
+    only_stored = [n for n in names if n not in wanted]
+    only_wanted = [n for n in names if n not in stored]
     if only_stored:
         parts.append(f"{len(only_stored)} arrays only in the checkpoint, e.g. {only_stored[0]}")
     if only_wanted:
         parts.append(f"{len(only_wanted)} arrays only in the config, e.g. {only_wanted[0]}")
     return "; ".join(parts)
+
+
+def _read_reason(e: BaseException) -> str:
+    """'OUT_OF_RANGE reading params.x.kernel.value', 'Expecting value: ...': why reading a
+    checkpoint failed, from the innermost error (Orbax wraps TensorStore's in its own)."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    reason = _io_reason(e)
+    array = re.search(r'(?:reading|Metadata at) "([^"/]+)', str(e))
+    return (
+        f"{reason} reading {array.group(1)}" if array and array.group(1) not in reason else reason
+    )
+
+
+def _drop_orphaned_read_errors() -> None:
+    """Keeps the leftovers of a failed restore off stderr (installed before restoring).
+
+    When one read of a checkpoint fails, Orbax closes its asyncio loop while TensorStore still
+    completes the other reads in its own threads: each then fails into the closed loop, and
+    Python reports it as an 'unraisable' exception, the read's own error when its coroutine is
+    collected, and asyncio logs 'exception was never retrieved', each with a traceback, after
+    the one line that already said the checkpoint is unreadable (or in the middle of the
+    training run that went on from an older one). Only these errors are dropped.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_orphaned_reads", False):
+        return
+
+    def hook(unraisable):
+        if not _is_orphaned_read_error(unraisable.exc_value):
+            previous(unraisable)
+
+    hook.drops_orphaned_reads = True
+    sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_not_an_orphaned_read)
+
+
+def _not_an_orphaned_read(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and _is_orphaned_read_error(record.exc_info[1]))
+
+
+def _is_orphaned_read_error(e: BaseException | None) -> bool:
+    text = str(e)
+    closed_loop = isinstance(e, RuntimeError) and text == "Event loop is closed"
+    return closed_loop or text.startswith("Encountered error while reading array index")
+
+
+def _unused_path(path: str) -> str:
+    """path, or path.2, path.3, ...: the first that does not exist."""
+    candidate, n = path, 1
+    while os.path.exists(candidate):
+        n += 1
+        candidate = f"{path}.{n}"
+    return candidate
 
 
 def _first_line(e: Exception) -> str:

@@ -4,7 +4,7 @@
 the workdir, load the data (and save the config with the vocabulary size it resolves),
 restore or initialise the train state, compile the steps, then the loop itself with its
 periodic evaluation and checkpoints. Rerunning it on the same workdir resumes exactly from the
-latest checkpoint: step, optimizer state, LR schedule position, RNG and data-iterator
+latest readable checkpoint: step, optimizer state, LR schedule position, RNG and data-iterator
 position. SIGTERM / SIGINT checkpoint and stop at the next step.
 """
 
@@ -29,12 +29,13 @@ from transformer.model.flops import forward_flops
 from transformer.model.transformer import count_params
 from transformer.scoring import metrics as metrics_lib
 from transformer.training import run_config
-from transformer.training.checkpoint import Checkpointer
+from transformer.training.checkpoint import Checkpointer, UnreadableCheckpoint
 from transformer.training.early_stopping import STOPPED_MESSAGE, EarlyStopping
 from transformer.training.logger import MetricsLogger
 from transformer.training.optim import make_optimizer
 from transformer.training.parallel import Parallel
 from transformer.training.run_state import (
+    WEIGHTS_ONLY,
     build_train_model,
     check_tokenizers,
     state_dict,
@@ -204,17 +205,53 @@ def _save_config(
 
 
 def _restore_or_init(run: _Run, model, state: TrainState) -> tuple[TrainState, int]:
-    """(state, first step): the latest checkpoint's, or the fresh `state` from step 0."""
-    start = run.checkpoints.latest_step()
-    if start is None:
+    """(state, first step): the newest readable checkpoint's, or the fresh `state` from step
+    0 when there is no checkpoint."""
+    steps = run.checkpoints.all_steps()
+    if not steps:
         _log_new_run(run, model)
         return state, 0
-    return _restore(run, state, start), start
+    return _restore_newest_readable(run, state, steps)
+
+
+def _restore_newest_readable(run: _Run, state: TrainState, steps: list[int]):
+    """(state, step) of the newest of `steps` whose files can be read. Newer ones that cannot
+    (truncated, deleted or garbled after their save) are set aside with a warning each, so the
+    run goes on from the older one and saves past them. None readable is an error, not a
+    fresh start: that would hide the damage and train a second run into the same workdir."""
+    skipped = []
+    for step in reversed(steps):
+        try:
+            restored = _restore(run, state, step)
+        except UnreadableCheckpoint as e:
+            skipped.append(e)
+            continue
+        for bad in skipped:
+            _set_aside(run, bad, step)
+        return restored, step
+    raise UserError(
+        f"every checkpoint in {run.checkpoints.directory} is unreadable (steps {steps}; step "
+        f"{skipped[0].step}: {skipped[0].reason}); nothing was changed: to train from step 0 "
+        f"use a new --workdir (or delete {run.workdir}), or restore the files from a backup"
+    )
+
+
+def _set_aside(run: _Run, bad: UnreadableCheckpoint, resumed: int) -> None:
+    """Renames unreadable checkpoint bad.step out of Orbax's sight; one warning line says so."""
+    moved = run.checkpoints.set_aside(bad.step)
+    run.logger.log_text(
+        f"warning: checkpoint {bad.step} is unreadable ({bad.reason}), moved to {moved}; "
+        f"the run continues from step {resumed}",
+        step=resumed,
+        unreadable_step=bad.step,
+    )
 
 
 def _restore(run: _Run, state: TrainState, step: int) -> TrainState:
     """The train state and data-iterator position of checkpoint `step`; metrics.jsonl rows
     after it are dropped (they will be written again)."""
+    if WEIGHTS_ONLY in run.checkpoints.meta(step):
+        return _start_from_weights(run, state, step)
     target = state_dict(state)
     if run.parallel.kind == "mesh":
         # Restore straight into the training layout (each process reads its own shards).
@@ -234,6 +271,24 @@ def _restore(run: _Run, state: TrainState, step: int) -> TrainState:
     run.logger.truncate_after(step)
     run.logger.log_text(f"resumed from checkpoint at step {step}", step=step)
     return state
+
+
+def _start_from_weights(run: _Run, state: TrainState, step: int) -> TrainState:
+    """Checkpoint `step` holds parameters alone (run_state.WEIGHTS_ONLY: imported weights):
+    training goes on from them with `state`'s fresh optimizer state and data stream."""
+    # A reader of its own: restoring the parameters alone through run.checkpoints would bind
+    # its "state" item to another Orbax handler than its saves use, and they would fail.
+    reader = Checkpointer(run.workdir, read_only=True)
+    params, meta = reader.restore_params(step, state.params)
+    reader.close()
+    check_tokenizers(meta, run.data, f"{run.workdir}/checkpoints/{step}")
+    run.logger.truncate_after(step)
+    run.logger.log_text(
+        f"training from the parameters of checkpoint {step} ({meta[WEIGHTS_ONLY]}) with a "
+        "fresh optimizer state and data stream",
+        step=step,
+    )
+    return state._replace(step=jax.numpy.asarray(step, state.step.dtype), params=params)
 
 
 def _log_new_run(run: _Run, model) -> None:

@@ -57,6 +57,12 @@ def state_dict(state: TrainState) -> dict:
     return {"step": state.step, "params": state.params, "opt_state": state.opt_state}
 
 
+# A checkpoint whose metadata holds this key stores parameters alone, no optimizer state or
+# data position: weights imported from another toolkit (transformer.interop), the key's value
+# saying from where. Training starts from them with a fresh optimizer and data stream.
+WEIGHTS_ONLY = "weights_only"
+
+
 def tokenizer_fingerprints(data) -> dict:
     """Hashes of the run's vocabularies, stored in each checkpoint's metadata."""
     return {side: getattr(data, f"{side}_tokenizer").fingerprint for side in ("source", "target")}
