@@ -31,3 +31,15 @@ def atomic_write(path: str | os.PathLike, data: bytes | str, *, keep_mode: bool 
         except FileNotFoundError:
             pass
         raise
+
+
+def make_workdir(workdir: str) -> None:
+    """`workdir` exists and is writable, or a one-line UserError naming it."""
+    from transformer.common.errors import UserError
+
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create workdir {workdir} ({e.strerror}); choose another") from None
+    if not os.access(workdir, os.W_OK):
+        raise UserError(f"workdir {workdir} is not writable; choose a writable --workdir")

@@ -27,6 +27,7 @@ import warnings
 import numpy as np
 
 from transformer.common.errors import UserError
+from transformer.common.fileio import make_workdir
 from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer.data.tokenizer import VOCAB_DIR, Tokenizer, build_tokenizers
 from transformer.interop import marian, marian_vocab
@@ -137,7 +138,7 @@ def import_marian(
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(vocab.rows))
     marian.check_position_tables(model_cfg, src.tensors)
     params = _params_state(model_cfg, marian.params_from_marian(model_cfg, src.tensors, vocab.rows))
-    _make_workdir(workdir)
+    make_workdir(workdir)  # once everything is read and checked: a refused import writes nothing
     tokenizers = _write_tokenizers(src, vocab.pieces, workdir)
     origin = f"imported from the MarianMTModel in {src.path}"
     _save_weights(workdir, params, tokenizers, origin)
@@ -150,16 +151,6 @@ def _check_new_workdir(workdir: str) -> None:
     for name in (run_config.CONFIG_FILE, "checkpoints", VOCAB_DIR):
         if os.path.exists(os.path.join(workdir, name)):
             raise UserError(f"{workdir} already holds a run ({name}); import into a new --workdir")
-
-
-def _make_workdir(workdir: str) -> None:
-    """Created once everything is read and checked, so a refused import writes nothing."""
-    try:
-        os.makedirs(workdir, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create workdir {workdir} ({e.strerror}); choose another") from None
-    if not os.access(workdir, os.W_OK):
-        raise UserError(f"workdir {workdir} is not writable; choose a writable --workdir")
 
 
 def _languages(src: MarianDir, source_lang, target_lang) -> tuple[str, str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import jax
 import numpy as np
 
 from transformer.common.errors import UserError
+from transformer.common.fileio import make_workdir
 from transformer.data import DataBundle, load_split, make_datasets
 from transformer.inference.translator import DecodeSettings, Translator
 from transformer.model.config import ModelConfig
@@ -148,12 +148,7 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
 
 def _prepare_workdir(config, workdir: str) -> None:
     """`workdir` exists, is writable and holds no run of another model."""
-    try:
-        os.makedirs(workdir, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create workdir {workdir} ({e.strerror}); choose another") from None
-    if not os.access(workdir, os.W_OK):
-        raise UserError(f"workdir {workdir} is not writable; choose a writable --workdir")
+    make_workdir(workdir)
     run_config.check_same_model(config, workdir)
 
 
