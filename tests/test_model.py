@@ -198,7 +198,8 @@ def test_every_config_parses_and_builds(path):
         (dict(num_heads=4, num_kv_heads=3), "num_kv_heads=3 must divide num_heads=4"),
         (
             dict(activation="tanh"),
-            "unknown activation 'tanh'; valid: 'relu', 'gelu', 'gelu_tanh', 'silu', 'swiglu', 'geglu'",
+            "unknown activation 'tanh'; valid: 'relu', 'gelu', 'gelu_tanh', 'silu', 'swiglu', "
+            "'geglu'",
         ),
         (dict(norm_position="middle"), "unknown norm_position 'middle'; valid: 'pre', 'post'"),
         (
