@@ -1,6 +1,7 @@
 """Grain pipeline: packing / bucketing / padding, resume state, sharding, eval batches, TFDS."""
 
 import collections
+import hashlib
 import json
 import os
 import random
@@ -13,6 +14,7 @@ from transformer.common.errors import UserError
 from transformer.data import BATCH_KEYS, EOS_ID, load_split, make_datasets, text_splits
 from transformer.data.layout import BatchLayout
 from transformer.data.planner import PACK_MAX_WAIT, BatchPlanner
+from transformer.data.segment_sampler import SegmentSampler
 from transformer.training.base_config import get_base_config
 
 tfds.disable_progress_bar()
@@ -263,17 +265,20 @@ def test_row_multiple_errors(corpus, workdir):
         make_datasets(make_config(corpus, train__batch_tokens=64), workdir)
 
 
+@pytest.mark.parametrize("spm_alpha", [0.0, 0.1])
 @pytest.mark.parametrize("batching", ["pack", "bucket", "pad"])
-def test_resume_gives_exact_next_batches(corpus, workdir, batching):
+def test_resume_gives_exact_next_batches(corpus, workdir, batching, spm_alpha):
     tokens = 64 if batching == "bucket" else 0
-    cfg = make_config(corpus, data__batching=batching, train__batch_tokens=tokens)
+    cfg = make_config(
+        corpus, data__batching=batching, train__batch_tokens=tokens, data__spm_alpha=spm_alpha
+    )
     data = make_datasets(cfg, workdir)
     it = data.train_iterator()
     for _ in range(5):
         next(it)
     state = json.loads(json.dumps(it.get_state()))  # JSON round trip
-    expected = [next(it) for _ in range(3)]
-    fresh = make_datasets(cfg, workdir).train_iterator()
+    expected = [next(it) for _ in range(30)]  # past the end of the first epoch
+    fresh = make_datasets(cfg, workdir).train_iterator()  # new tokenizers, sampler and cache
     fresh.set_state(state)
     for want in expected:
         got = next(fresh)
@@ -286,12 +291,19 @@ def test_resume_gives_exact_next_batches(corpus, workdir, batching):
     other = make_datasets(make_config(corpus, train__seed=3), workdir).train_iterator()
     with pytest.raises(UserError, match="other data settings"):
         other.set_state(state)
+    changed = make_config(corpus, data__batching=batching, train__batch_tokens=tokens)
+    changed.data.spm_alpha = 0.2 if spm_alpha else 0.1
+    other = make_datasets(changed, workdir).train_iterator()
+    with pytest.raises(UserError, match="other data settings.*spm_sampling"):
+        other.set_state(state)
 
 
-@pytest.mark.parametrize("batching", ["pack", "bucket"])
-def test_shards_disjoint_and_union_is_global_batch(corpus, workdir, batching):
+@pytest.mark.parametrize("batching,spm_alpha", [("pack", 0.0), ("bucket", 0.0), ("pack", 0.1)])
+def test_shards_disjoint_and_union_is_global_batch(corpus, workdir, batching, spm_alpha):
     tokens = 64 if batching == "bucket" else 0
-    cfg = make_config(corpus, data__batching=batching, train__batch_tokens=tokens)
+    cfg = make_config(
+        corpus, data__batching=batching, train__batch_tokens=tokens, data__spm_alpha=spm_alpha
+    )
     full = list(make_datasets(cfg, workdir).train_iterator(num_epochs=1))
     parts = [
         list(make_datasets(cfg, workdir, shard_index=i, shard_count=2).train_iterator(1))
@@ -308,7 +320,9 @@ def test_shards_disjoint_and_union_is_global_batch(corpus, workdir, batching):
         seen[i] = epoch_pairs(None, p)
     data = make_datasets(cfg, workdir)
     assert not (seen[0] & seen[1])
-    assert seen[0] + seen[1] == expected_pairs(data)
+    assert seen[0] + seen[1] == epoch_pairs(data, full)
+    if not spm_alpha:
+        assert seen[0] + seen[1] == expected_pairs(data)
 
 
 def test_eval_batches_keep_everything_in_order(corpus, workdir):
@@ -439,3 +453,182 @@ def test_synthetic_is_written_once_and_read_like_parallel_text(tmp_path, monkeyp
     assert os.path.isfile(os.path.join(work, "synthetic_corpus", "train.en"))
     assert text_splits.synthetic_corpus_dir(cfg.data, work).endswith("synthetic_corpus")
     assert calls == [(30, 5, 0)]
+
+
+# -- subword sampling (data.spm_alpha > 0, transformer/data/sampling.py) --------------------
+
+
+def batches_digest(batches) -> str:
+    h = hashlib.sha256()
+    for b in batches:
+        for k in BATCH_KEYS:
+            h.update(b[k].tobytes())
+    return h.hexdigest()[:16]
+
+
+# Two epochs of this module's corpus as the pipeline made them before data.spm_alpha existed
+# (commit f29256e; `git archive f29256e transformer tests | tar -x -C /tmp/old` and
+# `batches_digest(make_datasets(cfg, workdir).train_iterator(num_epochs=2))` there).
+PIPELINE_BEFORE_SAMPLING = {
+    "pack": "a71064719024fb42",
+    "bucket": "1c38ceee74567dab",
+    "pad": "94b681294c400371",
+}
+
+
+@pytest.mark.parametrize("batching", ["pack", "bucket", "pad"])
+def test_spm_alpha_zero_is_the_pipeline_before_sampling(corpus, workdir, batching):
+    tokens = 64 if batching == "bucket" else 0
+    cfg = make_config(corpus, data__batching=batching, train__batch_tokens=tokens)
+    cfg.data.spm_alpha, cfg.data.spm_nbest = 0.0, 5  # the n-best size is unused at alpha 0
+    data = make_datasets(cfg, workdir)
+    assert batches_digest(data.train_iterator(num_epochs=2)) == PIPELINE_BEFORE_SAMPLING[batching]
+    # no sampling entry in the state: states saved before sampling existed still restore
+    assert "spm_sampling" not in data.train_iterator().get_state()["check"]
+
+
+def text_pairs(data, token_pairs: collections.Counter) -> collections.Counter:
+    """(source text, target text) multiset of (source ids, target ids) pairs."""
+    src, tgt = data.source_tokenizer, data.target_tokenizer
+    out = collections.Counter()
+    for (s, t), n in token_pairs.items():
+        out[src.detokenize(s), tgt.detokenize(t)] += n
+    return out
+
+
+@pytest.mark.parametrize("vocab_type,nbest", [("unigram", -1), ("unigram", 4), ("bpe", -1)])
+def test_sampled_segmentations_differ_from_the_best_yet_spell_the_same_text(
+    corpus, workdir, tmp_path, vocab_type, nbest
+):
+    work = workdir if vocab_type == "unigram" else str(tmp_path / "bpe")
+    cfg = make_config(corpus, data__vocab_type=vocab_type, data__spm_nbest=nbest)
+    best = make_datasets(cfg, work)
+    cfg.data.spm_alpha = 0.1
+    data = make_datasets(cfg, work)
+    got = epoch_pairs(data, list(data.train_iterator(num_epochs=1)))  # rows well formed
+    want = expected_pairs(best)
+    assert sum(got.values()) == sum(want.values()) == data.train_stats.num_kept
+    assert text_pairs(data, got) == text_pairs(best, want)  # every pair once, same text
+    assert sum((got & want).values()) < 0.5 * sum(want.values())  # most pairs re-segmented
+
+
+def test_sampling_follows_the_seed_and_draws_afresh_each_epoch(corpus, workdir):
+    # 5 rows: the 105 kept pairs fill 21 batches, so every epoch ends with a batch
+    cfg = make_config(corpus, data__batching="pad", data__spm_alpha=0.1, train__batch_size=5)
+    batches = list(make_datasets(cfg, workdir).train_iterator(num_epochs=2))
+    again = list(make_datasets(cfg, workdir).train_iterator(num_epochs=2))
+    assert batches_digest(again) == batches_digest(batches)
+    cfg.train.seed = 3
+    other = list(make_datasets(cfg, workdir).train_iterator(num_epochs=2))
+    assert batches_digest(other) != batches_digest(batches)
+    data = make_datasets(cfg, workdir)
+    assert len(batches) == 42
+    first, second = epoch_pairs(data, batches[:21]), epoch_pairs(data, batches[21:])
+    assert text_pairs(data, first) == text_pairs(data, second)
+    assert sum((first & second).values()) < 0.5 * sum(first.values())
+
+
+def rows_in_order(batches) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(source ids, target ids) of every pair, in stream order (pad batching)."""
+    return [
+        (segments_of(b, "src", r)[0], segments_of(b, "tgt", r)[0])
+        for b in batches
+        for r in range(b["src"].shape[0])
+        if b["src_segments"][r].any()
+    ]
+
+
+def test_draws_over_the_length_limit_fall_back_to_the_best_segmentation(corpus, workdir):
+    """At max_source_len = the longest best source, the kept pairs and their order are those
+    of a roomier limit; a draw is the roomy stream's draw where that fits, else the best."""
+    best = make_datasets(make_config(corpus, data__batching="pad"), workdir)
+    lengths = best.train_tokens
+    tight = int(lengths.src_lengths[lengths.tgt_lengths <= 32].max())  # of the pairs kept
+    streams = {}
+    for limit in (tight, tight + 16):
+        cfg = make_config(corpus, data__batching="pad", data__max_source_len=limit)
+        cfg.data.spm_alpha = 0.1
+        data = make_datasets(cfg, workdir)
+        streams[limit] = rows_in_order(data.train_iterator(num_epochs=1))
+    tok = best.source_tokenizer
+    best_src = {tok.detokenize(s): s for s, _ in expected_pairs(best)}
+    fell_back = 0
+    for got, roomy in zip(streams[tight], streams[tight + 16], strict=True):
+        fits = len(roomy[0]) <= tight
+        assert got == (roomy if fits else (best_src[tok.detokenize(roomy[0])], roomy[1]))
+        fell_back += not fits
+    assert fell_back >= 3, fell_back
+
+
+def test_validation_split_is_not_sampled(corpus, workdir):
+    plain = make_datasets(make_config(corpus), workdir).eval_split("valid", max_len=64)
+    sampled = make_datasets(make_config(corpus, data__spm_alpha=0.5), workdir)
+    ev = sampled.eval_split("valid", max_len=64)
+    for a, b in zip(plain, ev, strict=True):
+        for k in BATCH_KEYS:
+            np.testing.assert_array_equal(a[k], b[k])
+    tok = sampled.source_tokenizer
+    assert ev.batch(0)["src"][0][: len(tok.tokenize(ev.sources[0]))].tolist() == tok.tokenize(
+        ev.sources[0]
+    )
+
+
+def boundary_rates(tok, draws) -> np.ndarray:
+    """How often a piece boundary falls after each character of the pieces' text."""
+    counts = collections.Counter()
+    for ids in draws:
+        at = 0
+        for i in ids:
+            at += len(tok.id_to_piece(i))
+            counts[at] += 1
+    return np.array([counts[k] for k in range(at + 1)]) / len(draws)
+
+
+@pytest.mark.parametrize(
+    "vocab_type,alpha,nbest", [("unigram", 0.1, -1), ("unigram", 0.5, 4), ("bpe", 0.1, -1)]
+)
+def test_segment_sampler_draws_from_sentencepieces_distributions(
+    corpus, tmp_path, vocab_type, alpha, nbest
+):
+    """Our seeded sampler against SentencePiece's own (unseeded) one: a piece boundary falls
+    after each character equally often (2,000 draws each: a standard error of at most 0.011,
+    so 0.08 is over 7 of them); and with no randomness left, the best segmentation."""
+    data = make_datasets(make_config(corpus, data__vocab_type=vocab_type), str(tmp_path))
+    tok = data.source_tokenizer
+    sampler = SegmentSampler(tok, alpha, nbest)
+    rng = random.Random(0)
+    for text in ("the big red house sees the old tree 17", "A SMALL DOG RUNS 4"):
+        best = tok.tokenize(text)
+        ours = [sampler.sample(best, rng) for _ in range(2000)]
+        sp = tok._sp  # noqa: SLF001 (SentencePiece's own sampler, for comparison)
+        theirs = [
+            sp.encode(text, enable_sampling=True, alpha=alpha, nbest_size=nbest)
+            for _ in range(2000)
+        ]
+        assert all(tok.text_of(ids) == text for ids in ours)
+        assert np.abs(boundary_rates(tok, ours) - boundary_rates(tok, theirs)).max() < 0.08
+    lines = [p[0] for p in data.train_pairs] + [p[1] for p in data.train_pairs]
+    sharp = SegmentSampler(tok, 0.0 if vocab_type == "bpe" else 100.0, -1)
+    same = [sharp.sample(ids, rng) == ids for ids in tok.tokenize_batch(lines)]
+    assert np.mean(same) > (0.999 if vocab_type == "bpe" else 0.99)
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("spm_alpha", -0.1, r"data.spm_alpha=-0.1 must be a number >= 0"),
+        ("spm_alpha", float("nan"), r"data.spm_alpha=nan must be a number >= 0"),
+        ("spm_nbest", 1, r"data.spm_nbest=1 must be -1 .* or an integer >= 2"),
+        ("spm_nbest", 0, r"to turn sampling off set data.spm_alpha=0"),
+    ],
+)
+def test_bad_subword_sampling_values_are_one_line_errors(corpus, field, value, message):
+    from transformer.training import run_config
+
+    cfg = make_config(corpus)
+    cfg.data[field] = value
+    with pytest.raises(UserError, match=message):
+        run_config.validate(cfg)
+    cfg = make_config(corpus, data__vocab_type="bpe", data__spm_alpha=1.5)
+    with pytest.raises(UserError, match=r"drop probability .* use a value in \[0, 1\]"):
+        run_config.validate(cfg)

@@ -281,6 +281,29 @@ def test_kill9_and_resume_stop_early_at_the_uninterrupted_runs_step(tmp_path):
 
 
 @pytest.mark.slow
+def test_kill9_resume_with_subword_sampling_is_the_uninterrupted_run(tmp_path):
+    """With subword sampling (data.spm_alpha=0.1) a pair's segmentation is drawn from the
+    seed, the epoch and the pair alone: a run killed with SIGKILL after its step-10
+    checkpoint and resumed has an uninterrupted run's per-step losses, bitwise. (A sampler
+    seeded from the clock or from what the process drew before fails this.)"""
+    args = tiny_args(**{**FAULT_RUN, "train__num_steps": 40, "data__spm_alpha": 0.1})
+    reference = Train(tmp_path / "reference", args, name="reference")  # runs alongside
+    run = str(tmp_path / "run")
+    first = Train(run, args)
+    first.wait_until(lambda: os.path.isdir(os.path.join(run, "checkpoints", "10")), poll=0.002)
+    first.kill()
+    killed_at = max(complete_steps(run))
+    assert killed_at < 40, f"the kill landed after the run finished ({killed_at})"
+    second = Train(run, args)
+    assert second.finish() == 0, second.stderr[-3000:]
+    assert reference.finish() == 0, reference.stderr[-3000:]
+    assert resumed_from(run) == [killed_at]
+    ref_rows, run_rows = train_rows(reference.workdir), train_rows(run)
+    assert [r["step"] for r in run_rows] == list(range(1, 41))
+    assert [r["loss"] for r in run_rows] == [r["loss"] for r in ref_rows]  # bitwise
+
+
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_one_line_and_a_good_checkpoint(tmp_path):
     """A learning rate of 1e30 (set on a resumed run) makes the loss NaN/inf within two
     steps: the run stops with exit 2 and one line naming the step and the last good

@@ -171,6 +171,18 @@ def test_eval_longer_than_reaches_eval_py_and_is_validated(tmp_path):
             sw.load_sweep(path)
 
 
+def test_subword_sampling_is_a_sweep_axis(tmp_path):
+    """data.spm_alpha is a field like any other: a bare name resolves to it, each arm's train
+    command carries it, and a bad value is caught before any subprocess starts."""
+    variants = {**sw.grid(spm_alpha=[0.0, 0.1]), "bad": {"data.spm_nbest": 1}}
+    sweep = sw.load_sweep(_write_sweep(tmp_path, variants, seeds=(0,)))
+    assert sweep.variants["spm_alpha=0.1"] == {"data.spm_alpha": 0.1}
+    runs = {run.variant: run for run in sw.plan_runs(sweep, str(tmp_path / "runs"))}
+    assert "--config.data.spm_alpha=0.1" in runs["spm_alpha=0.1"].train_command()
+    assert not runs["spm_alpha=0.1"].config_error
+    assert "data.spm_nbest=1 must be -1" in runs["bad"].config_error
+
+
 def _finished_run(tmp_path, variant, seed, hyps, refs):
     """A Run whose eval files exist, as eval.py leaves them (step == num_steps)."""
     from transformer.research.sweep.runs import Run

@@ -6,8 +6,9 @@ per-run vocabularies), `parallel_files` (local ``{split}.{lang}`` files: finding
 validating), `text_builder` (the TFDS builder that prepares them as ArrayRecord),
 `text_splits` (`load_split`, `TextPairs`, TFDS datasets), `synthetic` (the embedded corpus),
 `tokenized` (splits as flat token arrays, decoding source batches), `layout` (the batch
-format and `BatchLayout`), `planner` (which pairs go into which rows), `stream` (the Grain
-training stream and its checkpointable state), `eval_split` (`EvalSplit`) and `bundle`
+format and `BatchLayout`), `planner` (which pairs go into which rows), `sampling` (subword
+regularisation of the training stream), `stream` (the Grain training stream and its
+checkpointable state), `eval_split` (`EvalSplit`) and `bundle`
 (`make_datasets`, `DataBundle`).
 
 Imports from: transformer.common.
@@ -17,6 +18,7 @@ from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer.data.bundle import DataBundle, TrainStats, make_datasets
 from transformer.data.eval_split import EvalSplit
 from transformer.data.layout import BATCH_KEYS, BatchLayout, make_layout
+from transformer.data.sampling import check_subword_sampling
 from transformer.data.text_splits import TextPairs, load_split
 from transformer.data.tokenized import (
     TokenizedPairs,
@@ -40,6 +42,7 @@ __all__ = [
     "Tokenizer",
     "TrainStats",
     "build_tokenizers",
+    "check_subword_sampling",
     "check_vocab_config",
     "tokenize_sources",
     "load_split",

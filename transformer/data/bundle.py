@@ -2,7 +2,8 @@
 
 The bundle holds the tokenizers, the training stream (the train split tokenized once and
 cached in ``<workdir>/data_cache``, pairs longer than ``data.max_source_len`` /
-``max_target_len`` dropped, batched as in `stream`) and the eval splits. Typical use from a
+``max_target_len`` dropped, segmented afresh at every draw with ``data.spm_alpha > 0`` as in
+`sampling`, batched as in `stream`) and the eval splits. Typical use from a
 training loop::
 
     data = make_datasets(config, workdir, row_multiple=jax.device_count(),
@@ -33,6 +34,12 @@ from absl import logging
 from transformer.common.errors import UserError
 from transformer.data.eval_split import EvalSplit
 from transformer.data.layout import make_layout
+from transformer.data.sampling import (
+    SubwordSampler,
+    check_subword_sampling,
+    sampling_on,
+    stream_position,
+)
 from transformer.data.stream import batch_stream
 from transformer.data.text_splits import TextPairs, load_split
 from transformer.data.tokenized import TokenizedPairs, tokenize_pairs_cached
@@ -124,10 +131,14 @@ class DataBundle:
 
     def train_dataset(self, num_epochs: int | None = None) -> grain.IterDataset:
         """The training stream as a Grain IterDataset (``num_epochs=None``: forever; a
-        finite stream ends with partial batches padded with empty rows)."""
+        finite stream ends with partial batches padded with empty rows). With
+        ``data.spm_alpha > 0`` each draw of a pair is segmented afresh (`sampling`)."""
         kept, _ = self._kept
         seed = int(self.config.train.seed) % 2**32
         ids = grain.MapDataset.source(kept).shuffle(seed=seed).repeat(num_epochs)
+        sampler = self._sampler(ids, kept.size, seed)
+        if sampler is not None:
+            ids = ids.map_with_index(stream_position)
         stream = ids.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
         layout = self.layout
         check = {
@@ -143,6 +154,8 @@ class DataBundle:
             "seed": seed,
             "num_epochs": num_epochs,
         }
+        if sampler is not None:  # absent otherwise: states saved before sampling existed load
+            check["spm_sampling"] = sampler.settings
         ds = batch_stream(
             stream,
             self.train_tokens,
@@ -150,11 +163,19 @@ class DataBundle:
             shard_index=self.shard_index,
             shard_count=self.shard_count,
             check=check,
+            sampler=sampler,
         )
         workers = int(self.config.data.num_workers)
         if workers > 0:
             ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=workers)
         return ds
+
+    def _sampler(self, ids: grain.MapDataset, num_kept: int, seed: int) -> SubwordSampler | None:
+        if not sampling_on(self.config.data):
+            return None
+        tokens, d = self.train_tokens, self.config.data
+        src_tok, tgt_tok = self.source_tokenizer, self.target_tokenizer
+        return SubwordSampler(tokens, ids, num_kept, src_tok, tgt_tok, d, seed)
 
     def train_iterator(self, num_epochs: int | None = None) -> grain.DatasetIterator:
         """An iterator of this process's training batches with ``get_state``/``set_state``
@@ -227,6 +248,7 @@ def make_datasets(
         raise ValueError(f"shard_index must be in [0, {shard_count}), got {shard_index!r}")
     layout = make_layout(config, row_multiple, shard_count)
     d = config.data
+    check_subword_sampling(d)
     train_pairs: list[Any] = []
 
     def load_train():

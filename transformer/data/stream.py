@@ -9,7 +9,9 @@ disjoint pairs whose union is the global batch, all processes agree on shapes (e
 bucketing), and the global stream does not depend on the number of processes. Iterator
 state: ``get_state()`` is a small JSON-serialisable dict (the position in the shuffled stream
 plus the ids waiting in the planner); ``set_state`` on a new iterator continues with exactly
-the next batch, and refuses a state saved with other data settings.
+the next batch, and refuses a state saved with other data settings. With subword sampling
+(`transformer.data.sampling`) the stream carries positions instead of example ids, and each
+plan takes its pairs' drawn segmentations along.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from transformer.common.errors import UserError
 from transformer.data.layout import BATCH_KEYS, BatchLayout
 from transformer.data.planner import BatchPlanner
+from transformer.data.sampling import Draws, SubwordSampler
 from transformer.data.tokenized import TokenizedPairs
 
 _STATE_VERSION = 1
@@ -35,33 +38,44 @@ def batch_stream(
     shard_index: int,
     shard_count: int,
     check: dict,
+    sampler: SubwordSampler | None = None,
 ) -> grain.IterDataset:
-    """This process's batches from a stream of example ids; ``check``: the data settings a
-    saved state must match (JSON-serialisable)."""
+    """This process's batches from a stream of example ids (of stream positions with a
+    ``sampler``); ``check``: the data settings a saved state must match (JSON-serialisable)."""
+    if sampler is not None:
+        plans = _PlanIterDataset(ids, lambda: _sampled_planner(layout, sampler), check)
+        return plans.map(_MaterializeDrawn(tokens, layout, shard_index, shard_count))
     src_len, tgt_len = tokens.src_lengths, tokens.tgt_lengths
-    plans = _PlanIterDataset(ids, lambda: BatchPlanner(layout, src_len, tgt_len), check)
+    plans = _PlanIterDataset(ids, lambda: (BatchPlanner(layout, src_len, tgt_len), None), check)
     return plans.map(_Materialize(tokens, layout, shard_index, shard_count))
+
+
+def _sampled_planner(layout: BatchLayout, sampler: SubwordSampler):
+    """A planner over one iterator's drawn segmentations, and those draws."""
+    draws = Draws(sampler)
+    return BatchPlanner(layout, draws.src_lengths, draws.tgt_lengths), draws
 
 
 class _PlanIterDataset(grain.IterDataset):
     """Grain IterDataset turning a stream of example ids into batch plans."""
 
-    def __init__(self, parent: grain.IterDataset, make_planner: Callable[[], BatchPlanner], check):
+    def __init__(self, parent: grain.IterDataset, make_planner: Callable[[], tuple], check):
         super().__init__(parent)
-        self._make_planner = make_planner
+        self._make_planner = make_planner  # -> (planner, its Draws or None)
         self._check = check
 
     def __iter__(self):
-        return _PlanIterator(self._parent.__iter__(), self._make_planner(), self._check)
+        return _PlanIterator(self._parent.__iter__(), *self._make_planner(), self._check)
 
     def __str__(self) -> str:
         return "PlanIterDataset"
 
 
 class _PlanIterator(grain.DatasetIterator):
-    def __init__(self, parent, planner: BatchPlanner, check: dict):
+    def __init__(self, parent, planner: BatchPlanner, draws: Draws | None, check: dict):
         super().__init__(parent)
         self._planner = planner
+        self._draws = draws
         self._pending: list[dict] = []
         self._exhausted = False
         self._check = check
@@ -79,7 +93,8 @@ class _PlanIterator(grain.DatasetIterator):
             plan = self._planner.add(i)
             if plan is not None:
                 self._pending.append(plan)
-        return self._pending.pop(0)
+        plan = self._pending.pop(0)
+        return plan if self._draws is None else self._draws.attach(plan)
 
     def get_state(self) -> dict:
         return {
@@ -100,11 +115,12 @@ class _PlanIterator(grain.DatasetIterator):
                 "the saved data iterator state is not from this pipeline version; start the "
                 "data stream afresh (drop the saved data state) or use the matching code"
             )
-        if state["check"] != self._check:
+        saved = state["check"]
+        if saved != self._check:
             diff = ", ".join(
-                f"{k}: {state['check'].get(k)!r} -> {v!r}"
-                for k, v in self._check.items()
-                if state["check"].get(k) != v
+                f"{k}: {saved.get(k)!r} -> {self._check.get(k)!r}"
+                for k in {**saved, **self._check}
+                if saved.get(k) != self._check.get(k)
             )
             raise UserError(
                 f"the saved data iterator state belongs to other data settings ({diff}); "
@@ -155,7 +171,7 @@ class _Materialize:
         start = self.shard_index * rows
         mine = plan["ids"][start : start + rows]
         batch = empty_batch(rows, s_len, t_len)
-        tok = self.tokens
+        tok = self._tokens(plan)
         for r, ids in enumerate(mine):
             fill_row(
                 batch["src"],
@@ -172,3 +188,26 @@ class _Materialize:
                 [tok.tgt(i) for i in ids],
             )
         return batch
+
+    def _tokens(self, plan: dict):
+        return self.tokens
+
+
+class _MaterializeDrawn(_Materialize):
+    """`_Materialize` for plans of stream positions that carry their drawn segmentations."""
+
+    def _tokens(self, plan: dict) -> _PlanTokens:
+        return _PlanTokens(plan["tokens"])
+
+
+class _PlanTokens:
+    """A plan's drawn segmentations with `TokenizedPairs`' ``src(k)`` / ``tgt(k)``."""
+
+    def __init__(self, tokens: dict):
+        self._tokens = tokens
+
+    def src(self, k: int) -> np.ndarray:
+        return self._tokens[k][0]
+
+    def tgt(self, k: int) -> np.ndarray:
+        return self._tokens[k][1]

@@ -176,6 +176,15 @@ class Tokenizer:
             return []
         return self._sp.encode(list(texts), num_threads=num_threads)
 
+    def nbest_tokenize(self, text: str, nbest_size: int) -> list[list[int]]:
+        """The ``nbest_size`` most probable segmentations of ``text`` (unigram models)."""
+        return self._sp.nbest_encode(text, nbest_size=nbest_size)
+
+    def text_of(self, ids: Sequence[int]) -> str:
+        """The text that piece ids spell (no special ids among them), without the checks of
+        `detokenize`."""
+        return self._sp.decode(ids)
+
     def detokenize(self, ids: Iterable[int]) -> str:
         """Text of ``ids``: stops at the first EOS, skips PAD, BOS and out-of-range ids."""
         keep = []

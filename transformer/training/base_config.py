@@ -78,6 +78,15 @@ def _data_section() -> ml_collections.ConfigDict:
     # Training examples longer than these (in tokens, EOS included) are dropped and counted.
     data.max_source_len = 64
     data.max_target_len = 64
+    # Subword regularisation (Kudo 2018), training split only: each draw of a training pair is
+    # segmented afresh by SentencePiece's sampler, seeded from train.seed, the epoch and the
+    # pair (resume stays exact); 0 = always the best segmentation, as in validation and
+    # decoding. Unigram: one of the spm_nbest best segmentations (-1 = any) with probability
+    # ~ P(segmentation) ** alpha (smaller alpha, more varied); BPE: BPE-dropout with drop
+    # probability alpha (<= 1), spm_nbest unused. A draw longer than max_source_len /
+    # max_target_len falls back to the best segmentation (data/sampling.py).
+    data.spm_alpha = 0.0
+    data.spm_nbest = -1
     # 'pack': several sentences per row (segment ids + positions), fixed [rows, len] shape;
     # 'bucket': length buckets, batch size per bucket from train.batch_tokens;
     # 'pad': fixed batch_size sentences padded to max lengths.

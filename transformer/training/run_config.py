@@ -86,10 +86,11 @@ def validate(config: ml_collections.ConfigDict) -> Validated:
             "model.share_embeddings=True needs data.shared_vocab=True (one vocabulary); "
             "set one of them differently"
         )
-    from transformer.data import check_vocab_config, make_layout
+    from transformer.data import check_subword_sampling, check_vocab_config, make_layout
     from transformer.inference.translator import DecodeSettings
 
     check_vocab_config(config.data)
+    check_subword_sampling(config.data)
     make_layout(config)  # batching and length limits
     return Validated(model_cfg, DecodeSettings.from_config(config.decode))
 
