@@ -15,6 +15,12 @@
   emit exactly `length` tokens (EOS forbidden before the last position, forced at it), so a
   random model does fixed work per call.
 
+- `OURS`, `PEER`, `CT2_FLOAT32`, `CT2_INT8`: the implementation names the scripts print;
+  `ct2_impl(precision)` names CTranslate2 at a weight type and `ours_impl(quantize)` this
+  project's decoding at a `decode.quantize` setting ("jax-transformer-int8"); `INT8_DECODE`
+  is the int8 arm every benchmark times (int8 weight products, bfloat16 encoder output), as
+  `decode.*` overrides.
+
 Nothing here imports JAX or PyTorch (`transformer.common.special_ids` is a plain module).
 """
 
@@ -36,16 +42,43 @@ from transformer.common.special_ids import (
 )
 
 __all__ = [
+    "CT2_FLOAT32",
+    "CT2_INT8",
     "DECODE_MODES",
+    "INT8_DECODE",
+    "ct2_impl",
+    "OURS",
+    "PEER",
     "FIRST_WORD_ID",
     "emit",
     "forced_length_overrides",
     "format_value",
     "median_time",
+    "ours_impl",
     "peak_rss_mib",
     "random_sources",
     "random_train_batch",
 ]
+
+OURS, PEER = "jax-transformer", "torch-marian"
+
+
+def ct2_impl(precision: str) -> str:
+    """CTranslate2's implementation name at weight type `precision` (float32, int8)."""
+    return f"ctranslate2-{precision}"
+
+
+CT2_FLOAT32, CT2_INT8 = ct2_impl("float32"), ct2_impl("int8")
+# The int8 arm of the side-by-side run and of real_data_speed.py: int8 weight products and a
+# bfloat16 encoder output, the fastest int8 setting for greedy and sampling in the A/B of
+# docs/performance.md ("the encoder option" of the int8 targets).
+INT8_DECODE = {"quantize": "int8", "encoder_quantize": "bfloat16"}
+
+
+def ours_impl(quantize: str) -> str:
+    """This project's implementation name at decode.quantize `quantize` ('none' = OURS)."""
+    return OURS if quantize == "none" else f"{OURS}-{quantize}"
+
 
 # Decoding modes timed by throughput.py and profiled by profile_step.py:
 # mode -> (figure name at 64 tokens, decode-setting overrides).

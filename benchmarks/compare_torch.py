@@ -38,12 +38,12 @@ import os
 import sys
 import time
 
-from benchmarks.common import emit, median_time, peak_rss_mib, spread
+from benchmarks.common import PEER, emit, median_time, peak_rss_mib, spread
 from transformer.common.machine import describe_machine
 from transformer.common.special_ids import BOS_ID, EOS_ID, FIRST_WORD_ID, PAD_ID
 from transformer.interop.marian import marian_config
 
-IMPL = "torch-marian"
+IMPL = PEER
 
 # Sizes of configs/bench_base.py.
 VOCAB = 8000

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from benchmarks.common import ct2_impl
 from transformer.interop.ctranslate2_model import save_ctranslate2 as save_model
 
-ENGINE = "ctranslate2"  # the benchmarks' impl names: ctranslate2-float32, ctranslate2-int8
 # CTranslate2's weight types for the two precisions the benchmarks compare.
 QUANTIZATIONS = ("float32", "int8")
 
@@ -54,7 +54,7 @@ def load_translators(model_cfg, params: Any, precisions, directory: str, threads
     translators = {}
     for precision in precisions:
         path = save_ctranslate2(model_cfg, params, os.path.join(directory, precision), precision)
-        translators[f"{ENGINE}-{precision}"] = ctranslate2.Translator(
+        translators[ct2_impl(precision)] = ctranslate2.Translator(
             path, device="cpu", inter_threads=1, intra_threads=threads
         )
     return translators

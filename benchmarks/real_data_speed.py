@@ -14,9 +14,10 @@ the same batches: sorted by source length (stable), as the run's Translator batc
 `--batch_size` sentences each. Ours is `Translator.translate_ids` (the path eval.py takes);
 the peer is `generate()` under `torch.inference_mode()`, float32, eager.
 
-Figures (impl 'jax-transformer' = ours, 'torch-marian' = the peer, 'ctranslate2-float32' and
-'ctranslate2-int8' = CTranslate2 on the same batches, its threads the machine's cores, each
-batch with its longest sentence's limit as the peer's):
+Figures (impl 'jax-transformer' = ours, 'jax-transformer-int8' = ours decoding with
+benchmarks/common.INT8_DECODE (int8 products, bfloat16 encoder output), 'torch-marian' = the
+peer, 'ctranslate2-float32' and 'ctranslate2-int8' = CTranslate2 on the same batches, its
+threads the machine's cores, each batch with its longest sentence's limit as the peer's):
 
 - `setup`: versions, cores, threads, the 1-minute load average before the benchmark started
   (`loadavg_1m_before`) and the model's size and settings.
@@ -27,7 +28,7 @@ batch with its longest sentence's limit as the peer's):
   `output_tokens` counts the ids each side emitted (EOS not counted).
 - `<mode>_bleu`: sacreBLEU of each implementation's translations against the references
   (transformer.scoring.metrics, as eval.py scores).
-- `<mode>_agreement` (impl torch-marian and each CTranslate2 precision): the share of
+- `<mode>_agreement` (every impl but ours in float32): the share of
   sentences whose output ids equal ours token for token (up to EOS), with
   `agree_up_to_own_limit` beside it (see the length limit below). Greedy should give 1.0
   for the latter but for near-ties of the argmax that float rounding (or int8) breaks
@@ -64,10 +65,14 @@ import numpy as np
 
 from benchmarks import ctranslate2_weights
 from benchmarks.common import (
+    INT8_DECODE,
     MAX_BACKGROUND_LOAD_PER_CORE,
+    OURS,
+    PEER,
     busy,
     emit,
     median_time,
+    ours_impl,
     peak_rss_mib,
 )
 from transformer.common.errors import UserError, report_user_error
@@ -75,7 +80,7 @@ from transformer.common.machine import describe_machine
 from transformer.common.special_ids import PAD_ID
 from transformer.interop import marian
 
-OURS, PEER = "jax-transformer", "torch-marian"
+OURS_INT8 = ours_impl(INT8_DECODE["quantize"])
 MODES = ("greedy", "beam4")
 BEAM_SIZE = 4
 
@@ -280,7 +285,11 @@ def report_mode(run, hf, engines, mode: str, corpus: Corpus, args, ratios_allowe
     translator = Translator(run.graphdef, run.model_cfg, settings, None, None)
     ours = run_ours(translator, run.params, corpus, args.repeats)
     max_len = run.model_cfg.max_len
-    others = {PEER: run_peer(hf, settings, max_len, mode, corpus, args.repeats)}
+    int8 = Translator(
+        run.graphdef, run.model_cfg, dataclasses.replace(settings, **INT8_DECODE), None, None
+    )
+    others = {OURS_INT8: run_ours(int8, run.params, corpus, args.repeats)}
+    others[PEER] = run_peer(hf, settings, max_len, mode, corpus, args.repeats)
     for impl, engine in engines.items():
         others[impl] = run_engine(engine, settings, max_len, mode, corpus, args.repeats)
     n = len(corpus.id_lists)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CPU benchmarks side by side in one run, then the table with the targets:
 #   1. benchmarks/throughput.py: this project's training step, decoding (64 tokens, cached and
-#      uncached) and, with DATA, the real-data pipeline figures (configs/bench_base.py);
+#      uncached) and, with DATA, the real-data pipeline figures (configs/bench_base.py), then
+#      its decoding again with --int8 (int8 products, bfloat16 encoder output);
 #   2. benchmarks/compare_torch.py: Hugging Face MarianMT at the same sizes (the bench extra),
 #      and benchmarks/compare_ctranslate2.py: CTranslate2 on our weights, float32 and int8;
 #   3. with RUN, benchmarks/real_data_speed.py: a trained Post-LN, sinusoidal run's test split
@@ -11,7 +12,8 @@
 # fresh process into OUT_DIR/<script>_<round>.jsonl: one process's speed on a shared VM drifts
 # by a third between runs, so table.py reports each figure and ratio as the median over the
 # rounds with its spread, ratios taken round by round, and a target met only by the whole
-# spread.
+# spread. After the rounds, unless LONG=0, one run times greedy decoding at 256 tokens with
+# and without the KV cache (the uncached call alone takes minutes), for the 256-token target.
 #
 #   RUN=studies/.../post_ln/1 DATA=../shared/data/multi30k benchmarks/side_by_side.sh OUT_DIR
 #   benchmarks/side_by_side.sh --print OUT_DIR    # the commands, without running them
@@ -75,13 +77,16 @@ if [[ -n "${DATA:-}" ]]; then
 fi
 files=()
 for (( round = 1; round <= ROUNDS; round++ )); do
-    files+=("$OUT_DIR/jax_$round.jsonl" "$OUT_DIR/torch_$round.jsonl")
+    files+=("$OUT_DIR/jax_$round.jsonl" "$OUT_DIR/jaxint8_$round.jsonl")
+    files+=("$OUT_DIR/torch_$round.jsonl" "$OUT_DIR/ct2_$round.jsonl")
     step "$OUT_DIR/jax_$round.jsonl" "$PYTHON" -m benchmarks.throughput \
         --config configs/bench_base.py --what "$what" --decode_lengths 64 \
         --nocache_lengths 64 "${data_flag[@]}" --json
+    step "$OUT_DIR/jaxint8_$round.jsonl" "$PYTHON" -m benchmarks.throughput \
+        --config configs/bench_base.py --what decode --decode_lengths 64 --nocache_lengths= \
+        --int8 --json
     step "$OUT_DIR/torch_$round.jsonl" "$PYTHON" -m benchmarks.compare_torch \
         --decode-lengths 64 --json
-    files+=("$OUT_DIR/ct2_$round.jsonl")
     step "$OUT_DIR/ct2_$round.jsonl" "$PYTHON" -m benchmarks.compare_ctranslate2 \
         --decode_lengths 64 --json
     if [[ -n "${RUN:-}" ]]; then
@@ -90,6 +95,12 @@ for (( round = 1; round <= ROUNDS; round++ )); do
             --workdir "$RUN" --split test --what greedy,beam4 --json
     fi
 done
+if [[ "${LONG:-1}" != 0 ]]; then
+    files+=("$OUT_DIR/jax_256.jsonl")
+    step "$OUT_DIR/jax_256.jsonl" "$PYTHON" -m benchmarks.throughput \
+        --config configs/bench_base.py --what decode --decode_modes greedy \
+        --decode_lengths 256 --nocache_lengths 256 --decode_warmup 0 --json
+fi
 if (( PRINT_ONLY )); then
     echo "$PYTHON -m benchmarks.table ${files[*]} > $OUT_DIR/table.md"
 else

@@ -3,7 +3,7 @@
     python -m benchmarks.throughput --config configs/bench_base.py [--config.field=value ...]
         [--what train,pipeline,decode] [--json] [--steps N] [--decode_lengths 64,256]
         [--decode_modes greedy,sample,beam4] [--nocache_lengths 64,256] [--peak_tflops X]
-        [--workdir DIR]
+        [--workdir DIR] [--int8]
 
 Every timed figure is steady state: each program is compiled ahead of time (`.lower().compile()`,
 reported as compile time, never timed), run for warm-up, then timed; a figure is the MEDIAN of
@@ -58,6 +58,10 @@ tokens per row. Timed: --decode_warmup untimed calls, then the median of --decod
                                   block's last prefix: the work is within ~15% of an exactly
                                   growing prefix (sum of widths ~ 9/16 N^2 vs N^2/2). Reports
                                   agrees_with_cached (share of tokens equal to cached greedy).
+With --int8 (benchmarks/common.INT8_DECODE: decode.quantize=int8, decode.encoder_quantize=
+bfloat16) or another decode.quantize the cached decoders' figures carry impl
+"jax-transformer-<quantize>" (benchmarks/common.ours_impl), a column beside float32's,
+and record quantize/encoder_quantize; the no-cache decoder stays float32 ("jax-transformer").
 N = 64 gives these names; other lengths (--decode_lengths, default 64,256) append _N, e.g.
 decode_greedy_tokens_per_s_256. The no-cache decoder is O(N^2) decoder passes: at N = 256 on a
 2-core CPU one call takes tens of minutes (--nocache_lengths chooses its lengths).
@@ -118,6 +122,12 @@ flags.DEFINE_integer("decode_repeats", 1, "Timed decode calls per figure (median
 flags.DEFINE_list("matmul_sizes", ["1024", "1536", "2048"], "Square matmul sizes for the peak.")
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s for MFU (default: the measured matmul).")
 flags.DEFINE_integer("seed", 0, "Seed of the random model and batches.")
+flags.DEFINE_bool(
+    "int8",
+    False,
+    "Decode with benchmarks/common.INT8_DECODE (int8 products, bfloat16 encoder output): "
+    "the int8 arm of side_by_side.sh.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -160,6 +170,8 @@ def main(argv):
     from transformer.training import run_config
 
     config = load_config_flag()
+    if FLAGS.int8:
+        config.decode.update(common.INT8_DECODE)
     settings = run_config.validate(config)
     model_cfg = settings.model
     what = [w.strip() for w in FLAGS.what.split(",") if w.strip()]
@@ -178,8 +190,10 @@ def main(argv):
     if FLAGS.peak_tflops is not None and FLAGS.peak_tflops <= 0:
         raise UserError(f"--peak_tflops must be > 0, got {FLAGS.peak_tflops}")
     info = _setup_info(config, model_cfg)
+    # A decode-only run at another precision is that precision's column, its memory included.
+    impl = common.ours_impl(settings.decode.quantize) if what == ["decode"] else IMPL
     if FLAGS.json:
-        common.emit("setup", 0, "-", IMPL, True, **info)
+        common.emit("setup", 0, "-", impl, True, **info)
     else:
         print(f"JAX Transformer throughput ({model_cfg.dtype}, random init)")
         print("  " + "  ".join(f"{k}={v}" for k, v in info.items()), flush=True)
@@ -191,12 +205,12 @@ def main(argv):
             run_part(bench)
     device_peak = _device_peak_mib()
     if device_peak is not None:  # accelerators report their allocator's high-water mark
-        common.emit("device_peak_mib", device_peak, "MiB", IMPL, FLAGS.json)
+        common.emit("device_peak_mib", device_peak, "MiB", impl, FLAGS.json)
     common.emit(
         "peak_rss_mib",
         round(common.peak_rss_mib(), 1),
         "MiB",
-        IMPL,
+        impl,
         FLAGS.json,
         total_s=round(time.perf_counter() - start, 1),
         what=",".join(what),

@@ -87,6 +87,9 @@ def _cached_decoders(bench: Bench, graphdef, params, src, lengths, timing) -> di
 
     rows, s_len = src.shape
     row_ids = jnp.arange(rows, dtype=jnp.int32)
+    # int8 / bfloat16 decoding is its own implementation column beside float32 in the tables.
+    impl = common.ours_impl(bench.decode.quantize)
+    precision = dict(quantize=bench.decode.quantize, encoder_quantize=bench.decode.encoder_quantize)
     greedy_tokens = {}
     for n in lengths:
         for mode in bench.options.decode_modes:
@@ -111,15 +114,16 @@ def _cached_decoders(bench: Bench, graphdef, params, src, lengths, timing) -> di
                 output_tokens=n,
                 call_s=round(seconds, 4),
                 compile_s=round(compile_s, 2),
+                **precision,
                 **timing,
                 **spread,
             )
             name = _length_name(figure, n)
             if mode == "beam4":
                 extra["tokens_per_s"] = round(rows * n / seconds, 2)
-                bench.emit(name, rows / seconds, "sentences/s", **extra)
+                bench.emit(name, rows / seconds, "sentences/s", impl, **extra)
             else:
-                bench.emit(name, rows * n / seconds, "tokens/s", **extra)
+                bench.emit(name, rows * n / seconds, "tokens/s", impl, **extra)
     return greedy_tokens
 
 

@@ -14,7 +14,7 @@ import time
 from benchmarks import common
 from transformer.common.errors import UserError
 
-IMPL = "jax-transformer"
+IMPL = common.OURS
 
 
 def ints(values, name: str) -> list[int]:
@@ -55,8 +55,8 @@ class Bench:
         self.steps = options.steps
         self.meta = {"backend": jax.default_backend(), "dtype": self.model_cfg.dtype}
 
-    def emit(self, figure, value, unit, **extra):
-        common.emit(figure, value, unit, IMPL, self.as_json, **self.meta, **extra)
+    def emit(self, figure, value, unit, impl=IMPL, **extra):
+        common.emit(figure, value, unit, impl, self.as_json, **self.meta, **extra)
 
     def new_state(self):
         """(graphdef, train state, optimizer, schedule) of the random-init model."""

@@ -180,3 +180,37 @@ def test_rounds_pair_side_by_side_and_a_target_needs_its_whole_spread(tmp_path, 
         "| training tokens/s vs MarianMT (milestone) | 1.00x (0.89x-1.20x) | >= 1x | unsettled |"
         in out
     )
+
+
+def test_int8_and_ctranslate2_columns_with_their_targets(tmp_path, capsys):
+    """Columns ours, MarianMT, ours int8, CTranslate2 float32 / int8 in that order; the int8
+    targets are ours-int8 over generate(), the CTranslate2 ratios stated without a target,
+    and the int8 BLEU budget a difference (int8 minus float32), met when >= -0.3."""
+    greedy = "decode_greedy_tokens_per_s"
+    files = [
+        _write(tmp_path / "jax.jsonl", [fig(table.OURS, greedy, 300.0)]),
+        _write(tmp_path / "int8.jsonl", [fig(table.OURS_INT8, greedy, 450.0)]),
+        _write(tmp_path / "torch.jsonl", [fig(table.PEER, greedy, 100.0)]),
+        _write(
+            tmp_path / "ct2.jsonl",
+            [fig(table.CT2_FLOAT32, greedy, 600.0), fig(table.CT2_INT8, greedy, 900.0)],
+        ),
+        _write(
+            tmp_path / "real.jsonl",
+            [
+                fig(table.OURS, "greedy_bleu", 21.0, "BLEU"),
+                fig(table.OURS_INT8, "greedy_bleu", 20.6, "BLEU"),
+            ],
+        ),
+    ]
+    assert table.main(files) == 0
+    out = capsys.readouterr().out
+    header = "| figure | unit | jax-transformer | torch-marian | jax-transformer-int8 |"
+    assert out.startswith(header + " ctranslate2-float32 | ctranslate2-int8 | ratio |")
+    assert f"| `{greedy}` | tokens/s | 300.0 | 100.0 | 450.0 | 600.0 | 900.0 | 3.00x |" in out
+    assert "| greedy tokens/s vs generate() | 3.00x | >= 2x | yes |" in out
+    assert "| int8 greedy tokens/s vs generate() | 4.50x | >= 3x | yes |" in out
+    assert "| greedy tokens/s vs ctranslate2-float32 | 0.50x | (stated) |  |" in out
+    assert "| greedy tokens/s vs ctranslate2-int8 | 0.50x | (stated) |  |" in out
+    assert "| real-data greedy BLEU, int8 minus float32 | -0.40 | >= -0.3 | no |" in out
+    assert "| sampling tokens/s vs ctranslate2-int8 | not measured | (stated) | |" in out

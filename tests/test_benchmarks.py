@@ -75,15 +75,29 @@ def _start(args):
     )
 
 
-def _records(proc) -> list[dict]:
+def _records(proc, impl="jax-transformer") -> list[dict]:
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     lines = [line for line in out.splitlines() if line.strip()]
     records = [json.loads(line) for line in lines]  # stdout holds JSON lines only
     for r in records:
         assert list(r)[:4] == ["figure", "value", "unit", "impl"], r
-        assert r["impl"] == "jax-transformer"
+        assert r["impl"] == impl
     return records
+
+
+def test_int8_decoding_is_its_own_column():
+    """--int8 decodes with benchmarks/common.INT8_DECODE and labels the whole decode-only
+    run (setup, figures, peak memory) jax-transformer-int8, recording the precision."""
+    args = ["--what=decode", "--decode_modes=greedy", "--decode_lengths=8", "--nocache_lengths="]
+    records = _records(_start([*args, "--int8"]), impl="jax-transformer-int8")
+    assert [r["figure"] for r in records] == [
+        "setup",
+        "decode_greedy_tokens_per_s_8",
+        "peak_rss_mib",
+    ]
+    greedy = next(r for r in records if r["figure"] == "decode_greedy_tokens_per_s_8")
+    assert (greedy["quantize"], greedy["encoder_quantize"]) == ("int8", "bfloat16")
 
 
 @pytest.mark.slow
@@ -212,12 +226,18 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    *runs, table = proc.stdout.splitlines()
-    assert len(runs) == 12  # three rounds (the default), alternating the scripts A B C D A ...
-    for round_, (jax, torch, ct2, real) in enumerate(zip(*[iter(runs)] * 4, strict=True), 1):
+    *runs, long_run, table = proc.stdout.splitlines()
+    assert len(runs) == 15  # three rounds (the default), alternating the scripts A B C D E A ...
+    names = ("jax", "jaxint8", "torch", "ct2", "real")
+    for round_, (jax, int8, torch, ct2, real) in enumerate(zip(*[iter(runs)] * 5, strict=True), 1):
         assert jax.startswith("py -m benchmarks.throughput --config configs/bench_base.py")
         assert "--what train,pipeline,decode" in jax and "--config.data.path=data/m" in jax
         assert jax.endswith(f"> {tmp_path}/jax_{round_}.jsonl")
+        assert int8 == (
+            "py -m benchmarks.throughput --config configs/bench_base.py --what decode"
+            " --decode_lengths 64 --nocache_lengths= --int8 --json"
+            f" > {tmp_path}/jaxint8_{round_}.jsonl"
+        )
         assert torch == (
             "py -m benchmarks.compare_torch --decode-lengths 64 --json"
             f" > {tmp_path}/torch_{round_}.jsonl"
@@ -228,18 +248,18 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
         )
         assert real.startswith("py -m benchmarks.real_data_speed --workdir runs/r")
         assert real.endswith(f"> {tmp_path}/real_{round_}.jsonl")
-    files = " ".join(
-        f"{tmp_path}/{n}_{k}.jsonl" for k in (1, 2, 3) for n in ("jax", "torch", "ct2", "real")
-    )
-    assert table == f"py -m benchmarks.table {files} > {tmp_path}/table.md"
+    assert "--decode_lengths 256 --nocache_lengths 256" in long_run
+    assert long_run.endswith(f"> {tmp_path}/jax_256.jsonl")
+    files = " ".join(f"{tmp_path}/{n}_{k}.jsonl" for k in (1, 2, 3) for n in names)
+    assert table == f"py -m benchmarks.table {files} {tmp_path}/jax_256.jsonl > {tmp_path}/table.md"
     one = subprocess.run(
         ["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
         cwd=ROOT,
-        env=dict(env, ROUNDS="1"),
+        env=dict(env, ROUNDS="1", LONG="0"),
         capture_output=True,
         text=True,
     )
-    assert len(one.stdout.splitlines()) == 5
+    assert len(one.stdout.splitlines()) == 6
     for bad in ("0", "x", "-1"):
         refused = subprocess.run(
             ["bash", "benchmarks/side_by_side.sh", "--print", str(tmp_path)],
