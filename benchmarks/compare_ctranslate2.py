@@ -131,6 +131,9 @@ def _emit_figure(impl, mode, length, seconds, times, rows, args) -> None:
 
 
 def main(argv=None) -> int:
+    # Every precision's setup line records the load before this process's own work: the
+    # int8 engine runs right after the float32 one, whose load is this run's, not another's.
+    load_before = os.getloadavg()[0]
     args = parse_args(argv)
     try:
         import ctranslate2
@@ -142,7 +145,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as directory:
             _, sources, engines = build_engines(config, args.precisions, threads, directory)
             for impl, engine in engines.items():
-                emit("setup", 0, "-", impl, args.json, **_setup(ctranslate2, threads))
+                emit("setup", 0, "-", impl, args.json, **_setup(ctranslate2, threads, load_before))
                 bench_engine(impl, engine, sources, args)
         for impl in engines:  # one process holds every precision: its peak is theirs
             emit("peak_rss_mib", round(peak_rss_mib(), 1), "MiB", impl, args.json, what="decode")
@@ -151,13 +154,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def _setup(ctranslate2, threads: int) -> dict:
+def _setup(ctranslate2, threads: int, load_before: float) -> dict:
     return {
         "ctranslate2": ctranslate2.__version__,
         "threads": threads,
         "cpus": os.cpu_count(),
         "machine": describe_machine("cpu"),
-        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "loadavg_1m": round(load_before, 2),
     }
 
 
