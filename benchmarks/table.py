@@ -1,16 +1,22 @@
 """Side-by-side table of benchmark figures, with the performance targets and whether each is met.
 
     python -m benchmarks.throughput --config configs/bench_base.py --json > jax.jsonl
+    python -m benchmarks.throughput --config configs/bench_base.py --what decode --int8 \
+        --json > jaxint8.jsonl
     python -m benchmarks.compare_torch --json > torch.jsonl
+    python -m benchmarks.compare_ctranslate2 --json > ct2.jsonl
     python -m benchmarks.real_data_speed --workdir RUN --json > real.jsonl  # same weights
-    python -m benchmarks.table jax.jsonl torch.jsonl real.jsonl [--readme README.md
-        --section Performance]
+    python -m benchmarks.table jax.jsonl jaxint8.jsonl torch.jsonl ct2.jsonl real.jsonl \
+        [--readme README.md --section Performance]
 
-Reads the JSON lines both benchmark scripts print (`{"figure", "value", "impl", ...}`; other
-lines are ignored), puts each figure in a row with one column per implementation, and below
-it the targets: ratios against the PyTorch peer (this project over MarianMT) and ratios
-within this project (packed over padded batches, cached over uncached decoding). The output
-is deterministic, so a README section rendered from unchanged files stays byte-identical.
+Reads the JSON lines the benchmark scripts print (`{"figure", "value", "impl", ...}`; other
+lines are ignored) and puts each figure in a row with one column per implementation: ours
+(float32), MarianMT, ours with int8 decoding, CTranslate2 float32 and int8, then any other;
+the `ratio` column is the first two's. Below it the targets: ratios against the PyTorch peer
+(float32 and int8 decoding over generate()), ratios within this project (packed over padded
+batches, cached over uncached decoding), the int8 BLEU cost on real data, and the ratios to
+CTranslate2 at each precision, stated without a target. The output is deterministic, so a
+README section rendered from unchanged files stays byte-identical.
 
 Rounds: each file is one run of one script, and files of the same script given again are
 its later rounds (benchmarks/side_by_side.sh alternates the scripts, A B A B ..., each run a
@@ -262,7 +268,8 @@ def _spread_cell(values: list[float], fmt) -> str:
     median = fmt(statistics.median(values))
     if len(values) < 2:
         return median
-    return f"{median} ({fmt(min(values))}-{fmt(max(values))})"
+    between = " to " if min(values) < 0 else "-"  # "-0.3 to -0.1", not "-0.3--0.1"
+    return f"{median} ({fmt(min(values))}{between}{fmt(max(values))})"
 
 
 def _ratio(value: float) -> str:

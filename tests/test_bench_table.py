@@ -214,3 +214,6 @@ def test_int8_and_ctranslate2_columns_with_their_targets(tmp_path, capsys):
     assert "| greedy tokens/s vs ctranslate2-int8 | 0.50x | (stated) |  |" in out
     assert "| real-data greedy BLEU, int8 minus float32 | -0.40 | >= -0.3 | no |" in out
     assert "| sampling tokens/s vs ctranslate2-int8 | not measured | (stated) | |" in out
+    spread = table._spread_cell([-0.3, -0.1, -0.2], lambda v: f"{v:+.2f}")
+    assert spread == "-0.20 (-0.30 to -0.10)"
+    assert table._spread_cell([1.0, 3.0, 2.0], table._ratio) == "2.00x (1.00x-3.00x)"

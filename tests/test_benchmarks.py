@@ -390,3 +390,20 @@ def test_env_ab_runs_each_arm_in_its_environment_and_inverts_times():
     }
     bad = run(["-m", "benchmarks.experiments.env_ab", "--arms", "NOEQUALS", "--", *command])
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_bench_real_config_is_the_studys_post_ln_run():
+    """configs/bench_real.py rebuilds the run the sweep trained as post_ln/lr_x2/1: every
+    override the sweep recorded for that run (its status.json) has that value, and every
+    other field is configs/multi30k.py's."""
+    from transformer import load_config_file
+
+    built = load_config_file(os.path.join(ROOT, "configs/bench_real.py"))
+    base = load_config_file(os.path.join(ROOT, "configs/multi30k.py"))
+    study = os.path.join(ROOT, "studies/multi30k_architecture/post_ln/lr_x2/1/status.json")
+    with open(study, encoding="utf-8") as f:
+        overrides = json.load(f)["overrides"]
+    for section in built:
+        for key in built[section]:
+            name = f"{section}.{key}"
+            assert built[section][key] == overrides.get(name, base[section][key]), name

@@ -111,11 +111,16 @@ def test_configs_ctranslate2_cannot_hold_are_refused_by_name(tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_ctranslate2_reports_each_precision_at_forced_length(capsys):
+def test_compare_ctranslate2_reports_each_precision_at_forced_length(capsys, monkeypatch):
     import json
+    import os
 
     from benchmarks import compare_ctranslate2
 
+    # The load rises with each reading, as the process's own work raises it: every
+    # precision's setup line must keep the first, taken before any of that work.
+    loads = iter(range(1, 100))
+    monkeypatch.setattr(os, "getloadavg", lambda: (float(next(loads)), 0.0, 0.0))
     argv = ["--decode_lengths", "3", "--repeats", "1", "--decode_modes", "greedy,beam4", "--json"]
     assert compare_ctranslate2.main(argv) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -127,6 +132,7 @@ def test_compare_ctranslate2_reports_each_precision_at_forced_length(capsys):
         assert greedy["value"] == pytest.approx(32 * 3 / greedy["call_s"], rel=1e-3)
         assert beam["value"] == pytest.approx(32 / beam["call_s"], rel=1e-3)
         assert by_key[(impl, "setup")]["ctranslate2"] == ctranslate2.__version__
+        assert by_key[(impl, "setup")]["loadavg_1m"] == 1.0
         assert by_key[(impl, "peak_rss_mib")]["value"] > 0
 
 
