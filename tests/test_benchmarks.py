@@ -19,6 +19,7 @@ MODULE = ["-m", "benchmarks.throughput"]
 PROFILE = ["-m", "benchmarks.experiments.profile_step"]
 MATMUL = ["-m", "benchmarks.experiments.matmul_shapes"]
 DECODE_AB = ["-m", "benchmarks.experiments.decode_ab"]
+PREPARE_AB = ["-m", "benchmarks.experiments.prepare_ab"]
 TINY = [
     "--config=configs/bench_base.py",
     "--config.model.num_encoder_layers=2",
@@ -362,6 +363,26 @@ def test_decode_ab_alternates_arms_and_reports_speedups_against_the_first():
     bad = run([*DECODE_AB, *tiny, "--arms", "beam=3;"], check=False)
     assert bad.returncode == 2 and "error: --arms: 'beam=3'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_prepare_ab_times_weights_built_once_against_built_in_every_call():
+    """Both programs decode the same tokens (the copies are the same whether built before
+    or inside the call); the speedup is per_call's median over once's."""
+    tiny = [a for a in TINY if a not in ("--json", "--steps=2")]
+    arms = "weight_layout=auto;quantize=int8,encoder_quantize=bfloat16"
+    options = ["--modes", "greedy,beam4", "--rounds", "1", "--decode_len", "8", "--arms", arms]
+    proc = run([*PREPARE_AB, *tiny, "--json", *options], check=True)
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records[0]["figure"] == "setup" and records[0]["arms"] == arms.split(";")
+    for mode in ("greedy", "beam4"):
+        for arm in arms.split(";"):
+            mine = [r for r in records if r.get("mode") == mode and r.get("arm") == arm]
+            calls = {r["impl"]: r["value"] for r in mine if r["figure"] == "prepare_ab_call_s"}
+            (speedup,) = [r for r in mine if r["figure"] == "prepare_ab_speedup"]
+            assert speedup["value"] == pytest.approx(calls["per_call"] / calls["once"], 1e-6)
+            assert speedup["tokens_agree"] == 1.0, (mode, arm)
+            (prepare,) = [r for r in mine if r["figure"] == "prepare_s"]
+            assert prepare["value"] > 0
 
 
 FAKE_BENCH = """import json, os

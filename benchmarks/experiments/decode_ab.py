@@ -29,7 +29,13 @@ from absl import flags
 from ml_collections import config_flags
 
 from benchmarks import common
-from benchmarks.experiments.decode_setup import decode_setup
+from benchmarks.experiments.decode_setup import (
+    arm_label,
+    decode_setup,
+    interleaved_times,
+    parse_arms,
+    typed_overrides,
+)
 from transformer.cli.app import run_cli
 from transformer.common.errors import UserError
 
@@ -40,47 +46,6 @@ flags.DEFINE_integer("decode_len", 64, "Output tokens per row.")
 flags.DEFINE_integer("rounds", 7, "Timed rounds; each calls every arm once.")
 flags.DEFINE_bool("json", False, "One JSON object per line instead of a table.")
 FLAGS = flags.FLAGS
-
-
-def parse_arms(text: str, fields: set[str]) -> list[dict]:
-    """'a=1,b=x;' -> [{'a': '1', 'b': 'x'}, {}]: raw strings, typed by `typed_overrides`."""
-    arms = []
-    for arm in text.split(";"):
-        overrides = {}
-        for item in filter(None, (part.strip() for part in arm.split(","))):
-            name, sep, value = item.partition("=")
-            if not sep or name not in fields:
-                raise UserError(
-                    f"--arms: {item!r} is not FIELD=VALUE with a decode field; "
-                    f"fields: {', '.join(sorted(fields))}"
-                )
-            overrides[name] = value
-        arms.append(overrides)
-    if len(arms) < 2:
-        raise UserError(
-            "--arms needs at least two arms separated by ';' (an empty arm is the "
-            "config's own settings)"
-        )
-    return arms
-
-
-def typed_overrides(base, overrides: dict) -> dict:
-    """Casts each raw value to the type of the field's value in `base` (a DecodeSettings)."""
-    typed = {}
-    for name, raw in overrides.items():
-        kind = type(getattr(base, name))
-        if kind is bool:
-            typed[name] = raw.lower() in ("1", "true", "yes")
-        else:
-            try:
-                typed[name] = kind(raw)
-            except ValueError:
-                raise UserError(f"--arms: {name}={raw!r} is not a {kind.__name__}") from None
-    return typed
-
-
-def arm_label(overrides: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in overrides.items()) or "(config)"
 
 
 def build_calls(config, mode: str, length: int, arms: list[dict]):
@@ -95,19 +60,6 @@ def build_calls(config, mode: str, length: int, arms: list[dict]):
         compile_s.append(time.perf_counter() - start)
         calls.append(lambda call=call: call()[0].block_until_ready())
     return calls, compile_s
-
-
-def interleaved_times(calls, rounds: int) -> list[list[float]]:
-    """Seconds of every call, per arm: one untimed call each, then `rounds` rotated rounds."""
-    for call in calls:
-        call()
-    times = [[] for _ in calls]
-    for r in range(rounds):
-        for i in [(r + j) % len(calls) for j in range(len(calls))]:
-            start = time.perf_counter()
-            calls[i]()
-            times[i].append(time.perf_counter() - start)
-    return times
 
 
 def main(_argv) -> None:
