@@ -31,13 +31,14 @@ from ml_collections import config_flags
 from benchmarks import common
 from benchmarks.experiments.decode_setup import (
     arm_label,
+    check_ab_options,
     decode_setup,
+    emit_ab_setup,
     interleaved_times,
     parse_arms,
     typed_overrides,
 )
 from transformer.cli.app import run_cli
-from transformer.common.errors import UserError
 
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
 flags.DEFINE_string("arms", "", "Decode overrides per arm: 'a=1,b=2;a=3' (';' between arms).")
@@ -68,25 +69,9 @@ def main(_argv) -> None:
     from transformer.inference.translator import DecodeSettings
 
     config = FLAGS.config
-    if config is None:
-        raise UserError("--config is required (configs/bench_base.py)")
-    unknown = sorted(set(FLAGS.modes) - set(common.DECODE_MODES))
-    if unknown or FLAGS.rounds < 1:
-        raise UserError(
-            f"--modes: unknown {unknown} (valid: {', '.join(common.DECODE_MODES)}) or --rounds < 1"
-        )
+    check_ab_options(config, FLAGS.modes, FLAGS.rounds)
     arms = parse_arms(FLAGS.arms, {f.name for f in dataclasses.fields(DecodeSettings)})
-    common.emit(
-        "setup",
-        0,
-        "-",
-        "decode_ab",
-        FLAGS.json,
-        cpus=os.cpu_count(),
-        loadavg_1m=round(os.getloadavg()[0], 2),
-        rounds=FLAGS.rounds,
-        arms=[arm_label(a) for a in arms],
-    )
+    emit_ab_setup("decode_ab", FLAGS.json, FLAGS.rounds, arms)
     for mode in FLAGS.modes:
         calls, compile_s = build_calls(config, mode, FLAGS.decode_len, arms)
         outputs = [np.asarray(call()) for call in calls]

@@ -8,6 +8,7 @@ their calls timed in rotated rounds."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -136,3 +137,29 @@ def interleaved_times(calls, rounds: int) -> list[list[float]]:
             calls[i]()
             times[i].append(time.perf_counter() - start)
     return times
+
+
+def check_ab_options(config, modes, rounds: int) -> None:
+    """The A/B experiments' common flags: a config, known modes, at least one round."""
+    if config is None:
+        raise UserError("--config is required (configs/bench_base.py)")
+    unknown = sorted(set(modes) - set(common.DECODE_MODES))
+    if unknown or rounds < 1:
+        raise UserError(
+            f"--modes: unknown {unknown} (valid: {', '.join(common.DECODE_MODES)}) or --rounds < 1"
+        )
+
+
+def emit_ab_setup(experiment: str, as_json: bool, rounds: int, arms: list[dict]) -> None:
+    """The experiment's `setup` line: cores, the load average before it starts, its arms."""
+    common.emit(
+        "setup",
+        0,
+        "-",
+        experiment,
+        as_json,
+        cpus=os.cpu_count(),
+        loadavg_1m=round(os.getloadavg()[0], 2),
+        rounds=rounds,
+        arms=[arm_label(a) for a in arms],
+    )

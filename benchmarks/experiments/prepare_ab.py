@@ -28,13 +28,14 @@ from ml_collections import config_flags
 from benchmarks import common
 from benchmarks.experiments.decode_setup import (
     arm_label,
+    check_ab_options,
     decode_setup,
+    emit_ab_setup,
     interleaved_times,
     parse_arms,
     typed_overrides,
 )
 from transformer.cli.app import run_cli
-from transformer.common.errors import UserError
 
 config_flags.DEFINE_config_file("config", None, "Config file (configs/bench_base.py).")
 flags.DEFINE_string(
@@ -93,27 +94,11 @@ def main(_argv) -> None:
     from transformer.inference.translator import DecodeSettings
 
     config = FLAGS.config
-    if config is None:
-        raise UserError("--config is required (configs/bench_base.py)")
-    unknown = sorted(set(FLAGS.modes) - set(common.DECODE_MODES))
-    if unknown or FLAGS.rounds < 1:
-        raise UserError(
-            f"--modes: unknown {unknown} (valid: {', '.join(common.DECODE_MODES)}) or --rounds < 1"
-        )
+    check_ab_options(config, FLAGS.modes, FLAGS.rounds)
     fields = {f.name for f in dataclasses.fields(DecodeSettings)}
     # A trailing empty arm lets a single arm through parse_arms' two-arm rule.
     overrides = parse_arms(FLAGS.arms + ";", fields)[:-1]
-    common.emit(
-        "setup",
-        0,
-        "-",
-        "prepare_ab",
-        FLAGS.json,
-        cpus=os.cpu_count(),
-        loadavg_1m=round(os.getloadavg()[0], 2),
-        rounds=FLAGS.rounds,
-        arms=[arm_label(o) for o in overrides],
-    )
+    emit_ab_setup("prepare_ab", FLAGS.json, FLAGS.rounds, overrides)
     for mode in FLAGS.modes:
         setup = decode_setup(config, mode, FLAGS.decode_len)
         for arm in overrides:
