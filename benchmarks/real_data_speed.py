@@ -114,7 +114,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--what", default="greedy,beam4", help="comma list of: greedy, beam4")
     p.add_argument("--max_sentences", type=int, default=None, help="only the first N sentences")
     p.add_argument("--repeats", type=int, default=1, help="timed passes per figure (median)")
-    p.add_argument("--checkpoint", default="latest", help="checkpoint step or 'latest'")
+    p.add_argument("--checkpoint", default="auto", help="auto, latest, best or a step")
     args = p.parse_args(argv)
     args.what = [w.strip() for w in args.what.split(",") if w.strip()]
     if not args.what or set(args.what) - set(MODES):

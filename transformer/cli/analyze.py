@@ -1,6 +1,6 @@
 """transformer-analyze: attention heatmaps, per-head statistics and head masking of a run.
 
-    transformer-analyze --workdir RUN --out OUT [--checkpoint latest] [--input FILE]
+    transformer-analyze --workdir RUN --out OUT [--checkpoint auto] [--input FILE]
         [--split valid] [--num_sentences 100] [--mask_heads SPEC] [--bleu_sentences 50]
         [--bleu_heads 3]
 
@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="transformer-analyze", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--workdir", required=True, help="trained run directory")
-    parser.add_argument("--checkpoint", default="latest", help="latest, best or a step")
+    parser.add_argument(
+        "--checkpoint", default="auto", help="auto (best if stopped early), latest, best or a step"
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--input", default=None, help="source sentences for heatmaps (a file)")
     parser.add_argument(

@@ -121,7 +121,7 @@ def analyze(
     *,
     workdir: str,
     out: str,
-    checkpoint: str = "latest",
+    checkpoint: str = "auto",
     input_path: str | None = None,
     split: str = "valid",
     num_sentences: int = 100,
