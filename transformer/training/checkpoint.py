@@ -324,10 +324,16 @@ def _not_an_orphaned_read(record: logging.LogRecord) -> bool:
     return not (record.exc_info and _is_orphaned_read_error(record.exc_info[1]))
 
 
+# How TensorStore words a failed read of a checkpoint's array: the failing chunk, or the
+# OCDBT database file it lies in ('OUT_OF_RANGE: Error reading "params..." in OCDBT
+# database at local file ...' when the file is cut short).
+_READ_ERROR_MARKS = ("Encountered error while reading array index", "in OCDBT database at ")
+
+
 def _is_orphaned_read_error(e: BaseException | None) -> bool:
     text = str(e)
     closed_loop = isinstance(e, RuntimeError) and text == "Event loop is closed"
-    return closed_loop or text.startswith("Encountered error while reading array index")
+    return closed_loop or any(mark in text for mark in _READ_ERROR_MARKS)
 
 
 def _unused_path(path: str) -> str:
