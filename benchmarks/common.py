@@ -17,9 +17,9 @@
 
 - `OURS`, `PEER`, `CT2_FLOAT32`, `CT2_INT8`: the implementation names the scripts print;
   `ct2_impl(precision)` names CTranslate2 at a weight type and `ours_impl(quantize)` this
-  project's decoding at a `decode.quantize` setting ("jax-transformer-int8"); `INT8_DECODE`
-  is the int8 arm every benchmark times (int8 weight products, bfloat16 encoder output), as
-  `decode.*` overrides.
+  project's decoding at a `decode.quantize` setting; `INT8_DECODE` is the int8 arm every
+  benchmark times (int8 weight products, bfloat16 encoder output), as `decode.*`
+  overrides, under the name `OURS_INT8` ("jax-transformer-int8").
 
 Nothing here imports JAX or PyTorch (`transformer.common.special_ids` is a plain module).
 """
@@ -48,6 +48,7 @@ __all__ = [
     "INT8_DECODE",
     "ct2_impl",
     "OURS",
+    "OURS_INT8",
     "PEER",
     "FIRST_WORD_ID",
     "emit",
@@ -78,6 +79,9 @@ INT8_DECODE = {"quantize": "int8", "encoder_quantize": "bfloat16"}
 def ours_impl(quantize: str) -> str:
     """This project's implementation name at decode.quantize `quantize` ('none' = OURS)."""
     return OURS if quantize == "none" else f"{OURS}-{quantize}"
+
+
+OURS_INT8 = ours_impl(INT8_DECODE["quantize"])
 
 
 # Decoding modes timed by throughput.py and profiled by profile_step.py:

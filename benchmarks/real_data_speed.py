@@ -68,11 +68,11 @@ from benchmarks.common import (
     INT8_DECODE,
     MAX_BACKGROUND_LOAD_PER_CORE,
     OURS,
+    OURS_INT8,
     PEER,
     busy,
     emit,
     median_time,
-    ours_impl,
     peak_rss_mib,
 )
 from transformer.common.errors import UserError, report_user_error
@@ -80,7 +80,6 @@ from transformer.common.machine import describe_machine
 from transformer.common.special_ids import PAD_ID
 from transformer.interop import marian
 
-OURS_INT8 = ours_impl(INT8_DECODE["quantize"])
 MODES = ("greedy", "beam4")
 BEAM_SIZE = 4
 

@@ -45,15 +45,13 @@ from collections.abc import Sequence
 from benchmarks.common import (
     CT2_FLOAT32,
     CT2_INT8,
-    INT8_DECODE,
     MAX_BACKGROUND_LOAD_PER_CORE,
     OURS,
+    OURS_INT8,
     PEER,
     busy,
-    ours_impl,
 )
 
-OURS_INT8 = ours_impl(INT8_DECODE["quantize"])
 # Columns in this order, then any other implementation's; the ratio column is the first two's.
 IMPLS = (OURS, PEER, OURS_INT8, CT2_FLOAT32, CT2_INT8)
 
