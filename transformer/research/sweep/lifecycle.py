@@ -143,15 +143,21 @@ class RunJob:
     def _poll(self, poll_s: float) -> bool:
         """True when the current phase's subprocess has ended; reports training progress."""
         if self.proc.poll() is not None:
+            if self.phase == "train":  # its last steps may have run since the previous poll
+                self._report_step()
             return True
         now = time.time()
         if self.phase == "train" and now - self.last_print >= poll_s:
             self.last_print = now
-            step = last_train_step(self.run.workdir)
-            if step is not None and step != self.last_step:
-                self.last_step = step
-                self.say(f"training (step {step}/{self.run.num_steps})")
+            self._report_step()
         return False
+
+    def _report_step(self) -> None:
+        """Says the latest logged training step, once per new step."""
+        step = last_train_step(self.run.workdir)
+        if step is not None and step != self.last_step:
+            self.last_step = step
+            self.say(f"training (step {step}/{self.run.num_steps})")
 
     def _advance(self) -> str | None:
         """After a phase's subprocess ended: the run's outcome, or None when training
