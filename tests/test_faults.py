@@ -280,13 +280,22 @@ def test_kill9_and_resume_stop_early_at_the_uninterrupted_runs_step(tmp_path):
         assert last_train_step(workdir) == 30 and complete_steps(workdir)[-1] == 30
 
 
+# Random draws a resumed run must repeat: subword sampling (data.spm_alpha) draws a pair's
+# segmentation from the seed, the epoch and the pair alone; Philox dropout masks
+# (train.dropout_bits) from the step's key alone.
+RANDOM_DRAWS = {
+    "subword_sampling": {"data__spm_alpha": 0.1},
+    "philox_dropout": {"train__dropout_bits": "philox", "model__dropout_rate": 0.1},
+}
+
+
 @pytest.mark.slow
-def test_kill9_resume_with_subword_sampling_is_the_uninterrupted_run(tmp_path):
-    """With subword sampling (data.spm_alpha=0.1) a pair's segmentation is drawn from the
-    seed, the epoch and the pair alone: a run killed with SIGKILL after its step-10
-    checkpoint and resumed has an uninterrupted run's per-step losses, bitwise. (A sampler
+@pytest.mark.parametrize("draws", RANDOM_DRAWS)
+def test_kill9_resume_with_random_draws_is_the_uninterrupted_run(tmp_path, draws):
+    """A run killed with SIGKILL after its step-10 checkpoint and resumed has an
+    uninterrupted run's per-step losses, bitwise, with each of RANDOM_DRAWS. (A sampler
     seeded from the clock or from what the process drew before fails this.)"""
-    args = tiny_args(**{**FAULT_RUN, "train__num_steps": 40, "data__spm_alpha": 0.1})
+    args = tiny_args(**{**FAULT_RUN, "train__num_steps": 40, **RANDOM_DRAWS[draws]})
     reference = Train(tmp_path / "reference", args, name="reference")  # runs alongside
     run = str(tmp_path / "run")
     first = Train(run, args)

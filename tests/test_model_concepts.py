@@ -36,7 +36,7 @@ from transformer.common.special_ids import BOS_ID
 from transformer.model import masks
 from transformer.model.attention import Attention
 from transformer.model.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
-from transformer.model.dropout import KeySeq, dropout, mask_width
+from transformer.model.dropout import BIT_SOURCES, KeySeq, dropout, mask_width
 from transformer.model.instrumentation import Instrumentation
 from transformer.model.position import (
     alibi_bias,
@@ -568,12 +568,18 @@ def dropout_input() -> jax.Array:
     return jax.random.uniform(jax.random.key(0), (1024, N_DROP // 1024), minval=0.5, maxval=2.0)
 
 
+SOURCES = sorted(BIT_SOURCES)  # every registered dropout bit source
+
+
+@pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("rate", [0.001, 1 / 256, 0.1, 0.25, 0.5, 0.9])
-def test_dropout_zero_fraction_scaling_and_mean(rate):
+def test_dropout_zero_fraction_scaling_and_mean(rate, source):
     """The drop fraction is the configured rate itself, the kept elements are scaled by
-    1 / (1 - rate) and the mean is preserved (five binomial standard errors)."""
+    1 / (1 - rate) and the mean is preserved (five binomial standard errors), whichever
+    source draws the bits."""
     x = np.asarray(dropout_input())  # [1024, 1024], no zeros
-    y = np.asarray(dropout(jnp.asarray(x), rate, KeySeq(jax.random.key(1))))
+    keys = KeySeq(jax.random.key(1), BIT_SOURCES[source])
+    y = np.asarray(dropout(jnp.asarray(x), rate, keys))
     dropped = y == 0
     sigma = math.sqrt(rate * (1 - rate) / N_DROP)
     assert abs(dropped.mean() - rate) < 5 * sigma
@@ -599,12 +605,14 @@ def test_a_rate_too_small_to_represent_is_refused():
     assert tiny(dropout_rate=1e-9).dropout_rate == 1e-9
 
 
+@pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("rate", [0.25, 0.5, 0.1])
-def test_dropout_mask_is_uniform_and_independent_across_elements(rate):
+def test_dropout_mask_is_uniform_and_independent_across_elements(rate, source):
     """Each byte slot of a random word (element index mod 4) and each half of the array drops
     at the rate, and neighbours drop jointly at rate^2 (no repeated or shared random bits);
     0.1 takes the 32-bit path, the others the 8-bit one."""
-    flat = np.asarray(dropout(jnp.ones(N_DROP), rate, KeySeq(jax.random.key(2)))) == 0
+    keys = KeySeq(jax.random.key(2), BIT_SOURCES[source])
+    flat = np.asarray(dropout(jnp.ones(N_DROP), rate, keys)) == 0
     for part in [flat[i::4] for i in range(4)] + [flat[: N_DROP // 2], flat[N_DROP // 2 :]]:
         assert abs(part.mean() - rate) < 5 * math.sqrt(rate * (1 - rate) / part.size)
     for lag in (1, 4, 512):
@@ -613,14 +621,41 @@ def test_dropout_mask_is_uniform_and_independent_across_elements(rate):
         assert abs(both.mean() - q) < 5 * math.sqrt(q * (1 - q) / both.size)
 
 
-def test_dropout_keys_give_fresh_masks_and_are_reproducible():
+@pytest.mark.parametrize("source", SOURCES)
+def test_dropout_keys_give_fresh_masks_and_are_reproducible(source):
     x = jnp.ones(4096)
-    keys = KeySeq(jax.random.key(3))
+    keys = KeySeq(jax.random.key(3), BIT_SOURCES[source])
     first, second = dropout(x, 0.5, keys), dropout(x, 0.5, keys)
     assert not np.array_equal(first, second)  # each site draws its own mask
-    again = KeySeq(jax.random.key(3))
+    again = KeySeq(jax.random.key(3), BIT_SOURCES[source])
     np.testing.assert_array_equal(dropout(x, 0.5, again), first)
     np.testing.assert_array_equal(dropout(x, 0.5, again), second)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("rate", [0.25, 0.1])
+def test_dropout_sites_drop_independently(rate, source):
+    """Two sites of one key sequence, and the same site under two step keys, drop the same
+    element jointly at rate^2: their bits share nothing (a source that ignored the site's
+    key, or kept a generator state between sites, fails this)."""
+    ones = jnp.ones(N_DROP)
+    keys = KeySeq(jax.random.key(5), BIT_SOURCES[source])
+    site_1, site_2 = (np.asarray(dropout(ones, rate, keys)) == 0 for _ in range(2))
+    other_step = KeySeq(jax.random.fold_in(jax.random.key(5), 1), BIT_SOURCES[source])
+    next_step = np.asarray(dropout(ones, rate, other_step)) == 0
+    q = rate * rate
+    for a, b in ((site_1, site_2), (site_1, next_step)):
+        assert abs((a & b).mean() - q) < 5 * math.sqrt(q * (1 - q) / N_DROP)
+
+
+def test_dropout_bit_sources_draw_different_masks_at_the_same_rate():
+    """Philox's masks are not threefry's in disguise: one key gives two unrelated masks."""
+    ones = jnp.ones(N_DROP)
+    masks_ = [
+        np.asarray(dropout(ones, 0.5, KeySeq(jax.random.key(6), BIT_SOURCES[s]))) == 0
+        for s in ("threefry", "philox")
+    ]
+    assert abs((masks_[0] & masks_[1]).mean() - 0.25) < 5 * math.sqrt(0.25 * 0.75 / N_DROP)
 
 
 def test_dropout_rate_zero_or_no_keys_is_identity():

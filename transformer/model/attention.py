@@ -23,6 +23,7 @@ from transformer.model.projection_policy import TRAINED, ProjectionPolicy
 NEG_INF = -1e9  # additive mask value; softmax runs in float32 so this cannot overflow
 
 
+@jax.named_scope("attention")  # names its ops in profiles (profile_kinds.py)
 def attend(
     q: jax.Array,
     k: jax.Array,
@@ -55,6 +56,7 @@ def attend(
     return out.reshape(b, t, h, d), probs
 
 
+@jax.named_scope("attention")
 def attend_fused(
     q: jax.Array,
     k: jax.Array,

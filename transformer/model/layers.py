@@ -71,6 +71,7 @@ class Norm(nnx.Module):
         self.scale = nnx.Param(jnp.ones((d_model,), jnp.float32))
         self.bias = nnx.Param(jnp.zeros((d_model,), jnp.float32)) if kind == "layernorm" else None
 
+    @jax.named_scope("norm")  # names its ops in profiles (profile_kinds.py)
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         if self.kind == "layernorm":

@@ -19,7 +19,7 @@ from transformer.model import masks
 from transformer.model.attention import Attention
 from transformer.model.config import ModelConfig
 from transformer.model.differentiation import AUTODIFF, Differentiation
-from transformer.model.dropout import KeySeq, dropout
+from transformer.model.dropout import THREEFRY, DropoutBits, KeySeq, dropout
 from transformer.model.instrumentation import PLAIN, Instrumentation
 from transformer.model.layers import Embed, FeedForward, Norm, _dtype
 from transformer.model.position_schemes import SCHEMES, PositionScheme
@@ -142,11 +142,13 @@ class Transformer(nnx.Module):
         differentiation: Differentiation = AUTODIFF,
         instrumentation: Instrumentation = PLAIN,
         projections: ProjectionPolicy = TRAINED,
+        dropout_bits: DropoutBits = THREEFRY,
     ):
         """differentiation: how the backward pass runs (differentiation.py; values unchanged);
         instrumentation: what analysis sees (instrumentation.py; default nothing);
         projections: what the linear layers hold (projection_policy.py; default trainable
-        Dense parameters, decoding_network.py builds the decode-time copies)."""
+        Dense parameters, decoding_network.py builds the decode-time copies);
+        dropout_bits: where training's dropout masks draw their bits (dropout.py)."""
         if cfg.vocab_size is None:
             raise ValueError(
                 "ModelConfig.vocab_size is None: give the vocabulary size (train.py takes it "
@@ -155,6 +157,7 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.differentiation = differentiation
         self.instrumentation = instrumentation
+        self.dropout_bits = dropout_bits
         embed = dict(rngs=rngs, differentiation=differentiation)
         blocks = dict(embed, instrumentation=instrumentation, projections=projections)
         self.src_embed = Embed(cfg.vocab_size, cfg.d_model, **embed)
@@ -368,7 +371,7 @@ class Transformer(nnx.Module):
         """Teacher-forced forward pass: src [B, S], tgt_in [B, T] -> logits [B, T, V] float32."""
         if not deterministic and dropout_rng is None:
             raise ValueError("deterministic=False needs dropout_rng (a PRNG key for dropout)")
-        keys = None if deterministic else KeySeq(dropout_rng)
+        keys = None if deterministic else KeySeq(dropout_rng, self.dropout_bits)
         src_segments, src_positions = masks.default_segments(src, src_segments, src_positions)
         encoded = self.encode(
             src, src_segments=src_segments, src_positions=src_positions, keys=keys

@@ -118,6 +118,9 @@ def _train_section() -> ml_collections.ConfigDict:
     # auto | on | off: the dense products' hand-written CPU backward products
     # (model/differentiation.py); auto: on where they pay (run_state.HAND_WRITTEN_VJPS_AUTO).
     train.hand_written_vjps = "auto"
+    # auto | threefry | philox: where dropout masks draw their bits (model/dropout.py); auto:
+    # philox on GPUs, threefry elsewhere (run_state.DROPOUT_BITS_AUTO). Rates are exact either way.
+    train.dropout_bits = "auto"
     train.log_every = 50
     train.eval_every = 1000
     train.checkpoint_every = 1000

@@ -36,8 +36,10 @@ def cross_entropy(
     The smoothed loss is the KL divergence from q (1 - ls on the target, ls / (V - 1) on every
     other token) to softmax(logits), so a perfect prediction of q scores 0.
     """
-    weights = weights.astype(jnp.float32)
-    return _cross_entropy(logits.astype(jnp.float32), targets, weights, float(label_smoothing))
+    with jax.named_scope("loss"):  # names its ops in profiles (profile_kinds.py)
+        weights = weights.astype(jnp.float32)
+        logits = logits.astype(jnp.float32)
+        return _cross_entropy(logits, targets, weights, float(label_smoothing))
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(3,))

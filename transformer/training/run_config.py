@@ -13,6 +13,7 @@ import ml_collections
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
 from transformer.model.config import ModelConfig
+from transformer.model.dropout import BIT_SOURCES
 from transformer.training import early_stopping
 from transformer.training.base_config import get_base_config
 from transformer.training.optim import check_schedule
@@ -130,6 +131,7 @@ def _check_train_section(t: ml_collections.ConfigDict) -> None:
     check_parallelism(t.parallelism, t.fsdp)
     _check_choice("train.remat", t.remat, REMAT_MODES)
     _check_choice("train.hand_written_vjps", t.hand_written_vjps, HAND_WRITTEN_VJPS)
+    _check_choice("train.dropout_bits", t.dropout_bits, ("auto", *BIT_SOURCES))
     for name in POSITIVE_TRAIN_INTS:
         if not isinstance(t[name], int) or t[name] < 1:
             raise UserError(f"train.{name} must be a positive integer, got {t[name]!r}")

@@ -11,6 +11,7 @@ from flax import nnx
 
 from transformer.common.errors import UserError
 from transformer.model.differentiation import Differentiation
+from transformer.model.dropout import BIT_SOURCES, DropoutBits
 from transformer.model.transformer import Transformer
 from transformer.training.steps import TrainState, init_state
 
@@ -25,15 +26,35 @@ def build_model(model_cfg, seed: int) -> Transformer:
 HAND_WRITTEN_VJPS_AUTO = ("cpu",)
 
 
+# train.dropout_bits='auto': the dropout bit source per platform. On GPUs XLA's Philox
+# RngBitGenerator is one cheap kernel where threefry's rounds are a long integer chain (the
+# H200 figures of docs/performance.md); on the CPU the two cost the same, and threefry keeps
+# the masks of every run trained before the choice existed.
+DROPOUT_BITS_AUTO = {"gpu": "philox"}
+
+
 def build_train_model(model_cfg, train_config) -> Transformer:
-    """The model a run trains: initialised from train.seed and differentiated as the train
-    section says (train.remat, train.hand_written_vjps); the choice travels in the graphdef."""
+    """The model a run trains: initialised from train.seed, differentiated as the train
+    section says (train.remat, train.hand_written_vjps) and drawing dropout bits from
+    train.dropout_bits; the choices travel in the graphdef."""
     differentiation = Differentiation(
         remat_blocks=train_config.remat == "block",
         hand_written_vjps=uses_hand_written_vjps(train_config.hand_written_vjps),
     )
     rngs = nnx.Rngs(params=int(train_config.seed))
-    return Transformer(model_cfg, rngs=rngs, differentiation=differentiation)
+    return Transformer(
+        model_cfg,
+        rngs=rngs,
+        differentiation=differentiation,
+        dropout_bits=dropout_bits(train_config.get("dropout_bits", "threefry")),
+    )
+
+
+def dropout_bits(setting: str, platform: str | None = None) -> DropoutBits:
+    """train.dropout_bits resolved on `platform` (default: JAX's default backend)."""
+    if setting == "auto":
+        setting = DROPOUT_BITS_AUTO.get(platform or jax.default_backend(), "threefry")
+    return BIT_SOURCES[setting]
 
 
 def uses_hand_written_vjps(setting: str, platform: str | None = None) -> bool:
