@@ -53,7 +53,7 @@ ENTRY %main (a: bf16[8,8]) -> f32[8] {
   %transpose_fusion = f32[4,8]{1,0} fusion(%a), kind=kLoop, calls=%fused_transpose
   ROOT %loop_tanh_fusion = f32[8]{0} fusion(%a), kind=kLoop, calls=%fused_gelu
 }
-"""
+"""  # noqa: E501  (XLA's lines, as long as it writes them)
 
 # (hlo_op, kernel name, start us, duration us, expected kind) on the device's stream line.
 KERNELS = [
