@@ -6,7 +6,7 @@ modules (the package sits beside `transformer`, not inside the installed wheel):
     python -m benchmarks.real_data_speed --workdir RUN  # a trained run, both sides, same weights
     python -m benchmarks.table jax.jsonl torch.jsonl [real.jsonl]  # side by side, with targets
     benchmarks/side_by_side.sh OUT_DIR           # the three benchmarks and the table in one run
-    benchmarks/accelerator.sh [OUT_DIR]          # the one-shot GPU run of throughput
+    benchmarks/gpu_side_by_side.sh [OUT_DIR]     # the one-call GPU side by side and profile
 
 The other modules are their parts: `common` (figure lines, timing, the busy-machine rule),
 `throughput_train`, `throughput_pipeline` and `throughput_decode` (the parts of

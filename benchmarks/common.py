@@ -15,7 +15,8 @@
   emit exactly `length` tokens (EOS forbidden before the last position, forced at it), so a
   random model does fixed work per call.
 
-- `OURS`, `PEER`, `CT2_FLOAT32`, `CT2_INT8`: the implementation names the scripts print;
+- `OURS`, `PEER`, `PEER_COMPILED`, `CT2_FLOAT32`, `CT2_INT8`: the implementation names the
+  scripts print;
   `ct2_impl(precision)` names CTranslate2 at a weight type and `ours_impl(quantize)` this
   project's decoding at a `decode.quantize` setting; `INT8_DECODE` is the int8 arm every
   benchmark times (int8 weight products, bfloat16 encoder output), as `decode.*`
@@ -50,6 +51,7 @@ __all__ = [
     "OURS",
     "OURS_INT8",
     "PEER",
+    "PEER_COMPILED",
     "FIRST_WORD_ID",
     "emit",
     "forced_length_overrides",
@@ -62,6 +64,7 @@ __all__ = [
 ]
 
 OURS, PEER = "jax-transformer", "torch-marian"
+PEER_COMPILED = f"{PEER}-compiled"  # the peer's train step under torch.compile
 
 
 def ct2_impl(precision: str) -> str:

@@ -49,6 +49,7 @@ from benchmarks.common import (
     OURS,
     OURS_INT8,
     PEER,
+    PEER_COMPILED,
     busy,
 )
 
@@ -77,6 +78,39 @@ def _target(text, figure, other, target, ours=OURS, kind="min"):
     """A TARGETS row comparing `ours`'s figure with implementation `other`'s."""
     return (text, (ours, figure), (other, figure), target, kind)
 
+
+# The accelerator table (render_gpu): columns, figures per model size, targets (issue #36:
+# one H200, bf16, medians of alternating rounds).
+GPU_IMPLS = (OURS, PEER, PEER_COMPILED)
+GPU_FIGURES = (
+    "train_tokens_per_s",
+    "train_step_s",
+    "mfu",
+    "compile_s",
+    "device_peak_mib",
+    "decode_greedy_tokens_per_s",
+    "decode_sample_tokens_per_s",
+    "decode_beam4_sentences_per_s",
+)
+PROFILE_KIND = "step_kind_ms"  # benchmarks/experiments/profile_step.py, one row per kind
+GPU_TARGETS = (
+    (
+        "Transformer-big training tokens/s vs compiled MarianMT",
+        (OURS, "train_tokens_per_s [big]"),
+        (PEER_COMPILED, "train_tokens_per_s [big]"),
+        1.3,
+        "min",
+    ),
+    ("Transformer-big MFU", (OURS, "mfu [big]"), None, 0.45, "min"),
+    (
+        "Transformer-base training tokens/s vs compiled MarianMT",
+        (OURS, "train_tokens_per_s [base]"),
+        (PEER_COMPILED, "train_tokens_per_s [base]"),
+        1.5,
+        "min",
+    ),
+    ("Transformer-base MFU", (OURS, "mfu [base]"), None, 0.30, "min"),
+)
 
 # Figures shown, in order (others in the files are ignored).
 FIGURES = (
@@ -225,6 +259,7 @@ def _file_figures(path: str) -> dict[tuple[str, str], dict]:
             continue
         if started_busy:
             record["_busy"] = started_busy
+        figure = _row_name(record)
         key = (record["impl"], figure)
         if figure == PEAK_RSS:  # the last line of a run
             key, seen = (record["impl"], _peak_rss_key(record, seen)), set()
@@ -234,6 +269,17 @@ def _file_figures(path: str) -> dict[tuple[str, str], dict]:
             seen.add(_part(figure))
         figures[key] = record
     return figures
+
+
+def _row_name(record: dict) -> str:
+    """The row a record fills: its figure, with the model size it was measured at
+    (`train_tokens_per_s [big]`) or the kind of work of a profile's row
+    (`step_kind_ms (matrix products)`)."""
+    figure = record["figure"]
+    if figure == PROFILE_KIND:
+        figure = f"{figure} ({record.get('kind')})"
+    size = record.get("size")
+    return f"{figure} [{size}]" if size else figure
 
 
 def _records(path: str):
@@ -284,6 +330,8 @@ def _withheld(*rounds: list[dict]) -> bool:
 
 
 def render(figures: dict[tuple[str, str], list[dict]]) -> str:
+    if any(_size_of(name) for _, name in figures):
+        return render_gpu(figures)
     impls = [i for i in IMPLS if any(k[0] == i for k in figures)]
     impls += sorted({k[0] for k in figures} - set(impls))
     lines = [
@@ -300,6 +348,73 @@ def render(figures: dict[tuple[str, str], list[dict]]) -> str:
     for target in TARGETS:
         lines.append(_target_line(figures, *target))
     return "\n".join(lines + _busy_notes(figures)) + "\n"
+
+
+def _size_of(name: str) -> str:
+    return name[name.rindex("[") + 1 : -1] if name.endswith("]") else ""
+
+
+def render_gpu(figures: dict[tuple[str, str], list[dict]]) -> str:
+    """The accelerator table (benchmarks/gpu_side_by_side.sh): a row per figure and model
+    size with this project, MarianMT eager and MarianMT under torch.compile; the ratio is
+    ours over compiled MarianMT where it ran, else over eager; then GPU_TARGETS and the
+    profile's device time by kind."""
+    impls = [i for i in GPU_IMPLS if any(k[0] == i for k in figures)]
+    lines = [
+        "| figure | size | unit | " + " | ".join(impls) + " | ratio |",
+        "|---|---|---|" + "---|" * len(impls) + "---|",
+    ]
+    sizes = sorted({_size_of(n) for _, n in figures} - {""}, key=_size_order)
+    for size in sizes:
+        for figure in GPU_FIGURES:
+            row = [figures.get((impl, f"{figure} [{size}]"), []) for impl in impls]
+            if any(row):
+                lines.append(_gpu_line(figure, size, impls, row))
+    lines += ["", "| target | measured | needed | met |", "|---|---|---|---|"]
+    lines += [_target_line(figures, *target) for target in GPU_TARGETS]
+    return "\n".join(lines + _profile_lines(figures) + _busy_notes(figures)) + "\n"
+
+
+def _size_order(size: str) -> tuple[int, str]:
+    order = {"base": 0, "big": 1}
+    return (order.get(size.split("-")[0], 2), size)
+
+
+def _gpu_line(figure: str, size: str, impls: list[str], row: list[list[dict]]) -> str:
+    unit = next(records[0]["unit"] for records in row if records)
+    cells = [
+        _spread_cell([r["value"] for r in records], _fmt) if records else "" for records in row
+    ]
+    by_impl = dict(zip(impls, row, strict=True))
+    ours = by_impl.get(OURS, [])
+    peer = by_impl.get(PEER_COMPILED) or by_impl.get(PEER) or []
+    ratio = ""
+    if ours and peer and unit.endswith("/s"):
+        ratios = _round_ratios(ours, peer)
+        if ratios:
+            ratio = _spread_cell(ratios, _ratio)
+    return f"| `{figure}` | {size} | {unit} | " + " | ".join(cells) + f" | {ratio} |"
+
+
+def _profile_lines(figures) -> list[str]:
+    """Where the profiled step's device time goes: a row per kind, ms and share."""
+    rows = sorted(
+        (name, records) for (impl, name), records in figures.items()
+        if impl == OURS and name.startswith(PROFILE_KIND)
+    )  # fmt: skip
+    if not rows:
+        return []
+    lines = [
+        "",
+        "| profiled step: kind of work | ms per step | share of the step |",
+        "|---|---|---|",
+    ]
+    for name, records in sorted(rows, key=lambda nr: -nr[1][-1]["value"]):
+        kind = name[len(PROFILE_KIND) + 2 : name.index(")")]
+        share = records[-1].get("share")
+        shown = f"{100 * share:.1f}%" if isinstance(share, int | float) else ""
+        lines.append(f"| {kind} | {_fmt(records[-1]['value'])} | {shown} |")
+    return lines
 
 
 def _figure_line(name: str, row: list[list[dict]], peak: bool) -> str:

@@ -3,7 +3,7 @@
     python -m benchmarks.throughput --config configs/bench_base.py [--config.field=value ...]
         [--what train,pipeline,decode] [--json] [--steps N] [--decode_lengths 64,256]
         [--decode_modes greedy,sample,beam4] [--nocache_lengths 64,256] [--peak_tflops X]
-        [--workdir DIR] [--int8]
+        [--workdir DIR] [--int8] [--size_label big]
 
 Every timed figure is steady state: each program is compiled ahead of time (`.lower().compile()`,
 reported as compile time, never timed), run for warm-up, then timed; a figure is the MEDIAN of
@@ -69,7 +69,8 @@ decode_greedy_tokens_per_s_256. The no-cache decoder is O(N^2) decoder passes: a
 Also printed: a `setup` record (machine: CPU count, jax/jaxlib versions, backend, devices, load
 average, parameter count) and `peak_rss_mib` (peak resident memory of the whole run) at the end,
 with `device_peak_mib` (the accelerator allocator's peak bytes in use) where the device counts it.
-Output: a readable table, or with --json one JSON object per line
+--size_label LABEL adds `"size": LABEL` to every figure (benchmarks/table.py's GPU table keys
+its rows by size). Output: a readable table, or with --json one JSON object per line
 {"figure", "value", "unit", "impl": "jax-transformer", ...details} (benchmarks/common.emit).
 --steps below 8 is for tests only (the figures are then not the median of 8).
 
@@ -122,6 +123,9 @@ flags.DEFINE_integer("decode_repeats", 1, "Timed decode calls per figure (median
 flags.DEFINE_list("matmul_sizes", ["1024", "1536", "2048"], "Square matmul sizes for the peak.")
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s for MFU (default: the measured matmul).")
 flags.DEFINE_integer("seed", 0, "Seed of the random model and batches.")
+flags.DEFINE_string(
+    "size_label", "", "A 'size' field on every figure (benchmarks/table.py keys rows by it)."
+)
 flags.DEFINE_bool(
     "int8",
     False,
@@ -136,6 +140,7 @@ def _setup_info(config, model_cfg) -> dict:
     import jaxlib
 
     from transformer.model.transformer import param_shapes
+    from transformer.training import run_state
 
     n_params = sum(int(math.prod(x.shape)) for x in jax.tree.leaves(param_shapes(model_cfg)))
     device = jax.devices()[0]
@@ -152,6 +157,8 @@ def _setup_info(config, model_cfg) -> dict:
         "remat": config.train.remat,
         "params": n_params,
         "loadavg_1m": round(os.getloadavg()[0], 2),
+        "dropout_bits": run_state.dropout_bits(config.train.dropout_bits).name,
+        **({"size": FLAGS.size_label} if FLAGS.size_label else {}),
     }
 
 
@@ -203,9 +210,10 @@ def main(argv):
     for part, run_part in PARTS.items():
         if part in what:
             run_part(bench)
+    size = {"size": FLAGS.size_label} if FLAGS.size_label else {}
     device_peak = _device_peak_mib()
     if device_peak is not None:  # accelerators report their allocator's high-water mark
-        common.emit("device_peak_mib", device_peak, "MiB", impl, FLAGS.json)
+        common.emit("device_peak_mib", device_peak, "MiB", impl, FLAGS.json, **size)
     common.emit(
         "peak_rss_mib",
         round(common.peak_rss_mib(), 1),
@@ -215,6 +223,7 @@ def main(argv):
         total_s=round(time.perf_counter() - start, 1),
         what=",".join(what),
         loadavg_1m=round(os.getloadavg()[0], 2),
+        **size,
     )
 
 

@@ -54,6 +54,8 @@ class Bench:
         self.as_json = options.json
         self.steps = options.steps
         self.meta = {"backend": jax.default_backend(), "dtype": self.model_cfg.dtype}
+        if getattr(options, "size_label", ""):
+            self.meta["size"] = options.size_label
 
     def emit(self, figure, value, unit, impl=IMPL, **extra):
         common.emit(figure, value, unit, impl, self.as_json, **self.meta, **extra)
@@ -172,7 +174,7 @@ def train(bench: Bench) -> None:
     bench.emit("train_step_s", step_s, "s", **extra)
     bench.emit("compile_s", compile_s, "s", what="train step", cached=compile_s == 0)
     bench.emit("train_step_flops", flops, "FLOP", formula="3 x transformer.model.flops.forward")
-    bench.emit("matmul_peak_gflops", peak_gflops, "GFLOP/s", size=peak_n)
+    bench.emit("matmul_peak_gflops", peak_gflops, "GFLOP/s", matmul_size=peak_n)
     achieved = flops / step_s
     bench.emit(
         "mfu",

@@ -217,3 +217,52 @@ def test_int8_and_ctranslate2_columns_with_their_targets(tmp_path, capsys):
     spread = table._spread_cell([-0.3, -0.1, -0.2], lambda v: f"{v:+.2f}")
     assert spread == "-0.20 (-0.30 to -0.10)"
     assert table._spread_cell([1.0, 3.0, 2.0], table._ratio) == "2.00x (1.00x-3.00x)"
+
+
+def sized(impl, figure, value, size, unit="tokens/s", **extra):
+    return {**fig(impl, figure, value, unit), "size": size, **extra}
+
+
+def test_gpu_table_rows_by_size_ratios_to_compiled_peer_targets_and_profile(tmp_path, capsys):
+    """Two rounds at two sizes with set values: ratios are ours over compiled MarianMT round
+    by round, the targets judged on every round, the profile's kinds sorted by time."""
+    files = []
+    for k, (big_ours, base_ours) in enumerate(((650.0, 1500.0), (700.0, 1400.0)), 1):
+        ours = [
+            sized(table.OURS, "train_tokens_per_s", big_ours, "big"),
+            sized(table.OURS, "mfu", 0.40, "big", "fraction"),
+            sized(table.OURS, "train_tokens_per_s", base_ours, "base"),
+            sized(table.OURS, "mfu", 0.31, "base", "fraction"),
+        ]
+        peer = [
+            sized(table.PEER_COMPILED, "train_tokens_per_s", 500.0, "big"),
+            sized(table.PEER_COMPILED, "train_tokens_per_s", 1000.0, "base"),
+            sized(table.PEER, "train_tokens_per_s", 250.0, "big"),
+        ]
+        files += [
+            _write(tmp_path / f"jax_{k}.jsonl", ours),
+            _write(tmp_path / f"pt_{k}.jsonl", peer),
+        ]
+    profile = [
+        {**fig(table.OURS, "step_kind_ms", 2.0, "ms"), "kind": "dropout random bits", "share": 0.1},
+        {**fig(table.OURS, "step_kind_ms", 14.0, "ms"), "kind": "matrix products", "share": 0.7},
+    ]  # fmt: skip
+    files.append(_write(tmp_path / "profile.jsonl", profile))
+    assert table.main(files) == 0
+    out = capsys.readouterr().out
+    # big: 650/500 = 1.30x, 700/500 = 1.40x; base: 1.50x, 1.40x
+    assert (
+        "| `train_tokens_per_s` | big | tokens/s | 675.0 (650.0-700.0) | 250.0 (250.0-250.0) "
+        "| 500.0 (500.0-500.0) | 1.35x (1.30x-1.40x) |"
+    ) in out
+    big_target = "| Transformer-big training tokens/s vs compiled MarianMT | 1.35x (1.30x-1.40x)"
+    assert f"{big_target} | >= 1.3x | yes |" in out
+    assert "| Transformer-big MFU | 0.400 (0.400-0.400) | >= 0.45 | no |" in out
+    base_target = "| Transformer-base training tokens/s vs compiled MarianMT | 1.45x (1.40x-1.50x)"
+    assert f"{base_target} | >= 1.5x | no |" in out
+    assert "| Transformer-base MFU | 0.310 (0.310-0.310) | >= 0.3 | yes |" in out
+    assert out.index("| base |") < out.index("| big |")  # base rows first
+    kinds = out[out.index("| profiled step") :]
+    assert kinds.index("| matrix products | 14.0 | 70.0% |") < kinds.index(
+        "| dropout random bits | 2.00 | 10.0% |"
+    )

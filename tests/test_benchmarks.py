@@ -215,11 +215,23 @@ def test_profile_step_profiles_a_decoding_call(tmp_path):
     assert sum(places.values()) == pytest.approx(sum(kinds.values()) - outside)
 
 
-def test_accelerator_script_parses():
+def test_gpu_script_parses():
     proc = subprocess.run(
-        ["bash", "-n", "benchmarks/accelerator.sh"], cwd=ROOT, capture_output=True, text=True
+        ["bash", "-n", "benchmarks/gpu_side_by_side.sh"], cwd=ROOT, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_gpu_script_skips_every_run_once_its_budget_is_spent(tmp_path):
+    """BUDGET_S=0: no run starts, each is listed in skipped.txt, the call still succeeds."""
+    env = dict(os.environ, PYTHON=sys.executable, BUDGET_S="0")
+    command = ["bash", "benchmarks/gpu_side_by_side.sh", "--dry_run", str(tmp_path)]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    skipped = (tmp_path / "skipped.txt").read_text().splitlines()
+    names = [line.split(" ")[0] for line in skipped]
+    assert {"jax_big_1", "jax_base_1", "profile_big", "jax_big_threefry"} <= set(names)
+    assert not list(tmp_path.glob("*.jsonl"))
 
 
 def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
@@ -286,30 +298,50 @@ def test_side_by_side_script_runs_every_benchmark_into_one_table(tmp_path):
     assert "real_data_speed" not in without.stdout and "pipeline" not in without.stdout
 
 
+def _have_torch() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("torch", "transformers"))
+
+
 @pytest.mark.slow
-def test_accelerator_script_dry_run_writes_every_file(tmp_path):
+def test_gpu_script_dry_run_writes_every_file_and_the_table(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable)
-    command = ["bash", "benchmarks/accelerator.sh", "--dry_run", str(tmp_path)]
+    command = ["bash", "benchmarks/gpu_side_by_side.sh", "--dry_run", str(tmp_path)]
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "jax" in (tmp_path / "accelerator_setup.txt").read_text()
-    settings = {
-        "cudnn": ("xla", "none"),
-        "cudnn_decode": ("xla", "none"),
-        "xla": ("xla", "none"),
-        "remat": ("xla", "block"),
+    assert "jax" in (tmp_path / "setup.txt").read_text()
+    sizes = {
+        "jax_big_1": ("big", "threefry"),  # auto: threefry on the CPU
+        "jax_base_1": ("base", "threefry"),
+        "jax_big_threefry": ("big-threefry", "threefry"),
+        "jax_big_nodropout": ("big-nodropout", "threefry"),
+        "jax_big_xla": ("big-xla-attention", "threefry"),
     }
-    records = {}
-    for name, (attention, remat) in settings.items():
-        lines = (tmp_path / f"accelerator_{name}.jsonl").read_text().splitlines()
-        records[name] = {r["figure"]: r for r in map(json.loads, lines)}
-        setup = records[name]["setup"]
-        assert (setup["attention_impl"], setup["remat"]) == (attention, remat)
-        assert setup["dtype"] == "bfloat16"
-    for name in ("cudnn", "xla", "remat"):
-        assert records[name]["train_tokens_per_s"]["value"] > 0 < records[name]["mfu"]["value"]
-    for name in ("cudnn_decode", "xla"):  # the dry run decodes 8 tokens: figures end in _8
-        assert records[name]["decode_beam4_sentences_per_s_8"]["value"] > 0
+    for name, (size, bits) in sizes.items():
+        records = {r["figure"]: r for r in map(json.loads, (tmp_path / f"{name}.jsonl").open())}
+        setup = records["setup"]
+        assert (setup["size"], setup["dropout_bits"], setup["dtype"]) == (size, bits, "bfloat16")
+        assert setup["attention_impl"] == "xla"
+        assert records["train_tokens_per_s"]["size"] == size
+        assert records["train_tokens_per_s"]["value"] > 0 < records["mfu"]["value"]
+    big = [json.loads(line) for line in (tmp_path / "jax_big_1.jsonl").open()]
+    assert any(r["figure"] == "decode_beam4_sentences_per_s_8" for r in big)  # round 1 decodes
+    profile = [json.loads(line) for line in (tmp_path / "profile_big.jsonl").open()]
+    kinds = {r["kind"] for r in profile if r["figure"] == "step_kind_ms"}
+    assert {"matrix products", "dropout random bits", "optimizer update"} <= kinds
+    table = (tmp_path / "table.md").read_text()
+    assert "| `train_tokens_per_s` | big | tokens/s |" in table
+    assert "| Transformer-big MFU |" in table and "| matrix products |" in table
+    peer_files = ("torch_compiled_big_1", "torch_compiled_base_1", "torch_eager_base")
+    skipped = (tmp_path / "skipped.txt").read_text()
+    if _have_torch():
+        assert skipped == ""
+        compiled = [json.loads(line) for line in (tmp_path / "torch_compiled_big_1.jsonl").open()]
+        assert {r["impl"] for r in compiled} == {"torch-marian-compiled"}
+        assert "| `train_tokens_per_s` | big | tokens/s |" in table and "x |" in table
+    else:
+        assert all(f"{name} (skipped: PyTorch" in skipped for name in peer_files)
 
 
 @pytest.mark.slow  # a minute of products in five implementations
