@@ -7,7 +7,8 @@
 #   - decoding at both sizes (ours; generate() at base size);
 #   - a jax.profiler trace of a few big-size steps reduced to device time by kind
 #     (benchmarks/experiments/profile_step.py, profile_kinds.py);
-#   - A/B arms of the big step: threefry dropout bits, no dropout, XLA attention;
+#   - A/B arms of the big step: threefry dropout bits, Q/K/V in one product, the output
+#     projection in bfloat16 with float32 sums, no dropout, XLA attention;
 #   - a second round of the four train runs (ours and compiled MarianMT, both sizes), so the
 #     table's medians and round-by-round ratios cover two alternating rounds;
 #   - benchmarks/table.py over every file, into OUT_DIR/table.md.
@@ -218,6 +219,10 @@ peer torch_eager_big "${PEER[@]}" --config "$BIG" --what train --size_label big
 # A/B arms of the big train step: each changes one setting of jax_big.
 ours jax_big_threefry "$BIG" --what=train --size_label=big-threefry \
     --config.train.dropout_bits=threefry
+ours jax_big_fused_qkv "$BIG" --what=train --size_label=big-fused-qkv \
+    --config.train.fused_qkv=True
+ours jax_big_bf16_logits "$BIG" --what=train --size_label=big-bf16-logits \
+    --config.model.logits_dtype=compute
 ours jax_big_nodropout "$BIG" --what=train --size_label=big-nodropout \
     --config.model.dropout_rate=0
 ours jax_big_xla "$BIG" --what=train --size_label=big-xla-attention \

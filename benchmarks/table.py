@@ -398,10 +398,11 @@ def _gpu_line(figure: str, size: str, impls: list[str], row: list[list[dict]]) -
 
 def _profile_lines(figures) -> list[str]:
     """Where the profiled step's device time goes: a row per kind, ms and share."""
-    rows = sorted(
-        (name, records) for (impl, name), records in figures.items()
+    rows = [
+        (name, records)
+        for (impl, name), records in figures.items()
         if impl == OURS and name.startswith(PROFILE_KIND)
-    )  # fmt: skip
+    ]
     if not rows:
         return []
     lines = [

@@ -246,7 +246,7 @@ def test_gpu_table_rows_by_size_ratios_to_compiled_peer_targets_and_profile(tmp_
     profile = [
         {**fig(table.OURS, "step_kind_ms", 2.0, "ms"), "kind": "dropout random bits", "share": 0.1},
         {**fig(table.OURS, "step_kind_ms", 14.0, "ms"), "kind": "matrix products", "share": 0.7},
-    ]  # fmt: skip
+    ]
     files.append(_write(tmp_path / "profile.jsonl", profile))
     assert table.main(files) == 0
     out = capsys.readouterr().out

@@ -315,6 +315,8 @@ def test_gpu_script_dry_run_writes_every_file_and_the_table(tmp_path):
         "jax_big_1": ("big", "threefry"),  # auto: threefry on the CPU
         "jax_base_1": ("base", "threefry"),
         "jax_big_threefry": ("big-threefry", "threefry"),
+        "jax_big_fused_qkv": ("big-fused-qkv", "threefry"),
+        "jax_big_bf16_logits": ("big-bf16-logits", "threefry"),
         "jax_big_nodropout": ("big-nodropout", "threefry"),
         "jax_big_xla": ("big-xla-attention", "threefry"),
     }
@@ -422,8 +424,9 @@ def test_prepare_ab_times_weights_built_once_against_built_in_every_call():
             assert prepare["value"] > 0
 
 
-FAKE_BENCH = """import json, os
+FAKE_BENCH = """import json, os, sys
 rate = 2.0 if os.environ.get("FAKE_SPEED") == "fast" else 1.0
+rate *= 3.0 if "--triple" in sys.argv else 1.0
 print(json.dumps({"figure": "setup", "value": 0, "unit": "-", "impl": "x"}))
 print(json.dumps({"figure": "tokens_per_s", "value": 100 * rate, "unit": "tokens/s", "impl": "x"}))
 print(json.dumps({"figure": "call_s", "value": 3.0 / rate, "unit": "s", "impl": "x"}))
@@ -433,8 +436,8 @@ print(json.dumps({"figure": "call_s", "value": 3.0 / rate, "unit": "s", "impl": 
 def test_env_ab_runs_each_arm_in_its_environment_and_inverts_times():
     """A command whose speed the environment sets: the fast arm is 2x on both figures (its
     rate doubles, its time halves) and an arm equal to the first is 1x."""
-    arms = "FAKE_SPEED=slow;FAKE_SPEED=fast;FAKE_SPEED=slow"
-    command = [sys.executable, "-c", FAKE_BENCH]
+    arms = "FAKE_SPEED=slow;FAKE_SPEED=fast;FAKE_SPEED=slow;FAKE_SPEED=slow --triple"
+    command = [sys.executable, "-c", FAKE_BENCH, "--"]
     proc = run(["-m", "benchmarks.experiments.env_ab", "--arms", arms, "--json", "--", *command])
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -445,6 +448,8 @@ def test_env_ab_runs_each_arm_in_its_environment_and_inverts_times():
         ("call_s", "FAKE_SPEED=slow"): 1.0,
         ("tokens_per_s", "FAKE_SPEED=fast"): 2.0,
         ("tokens_per_s", "FAKE_SPEED=slow"): 1.0,
+        ("call_s", "FAKE_SPEED=slow --triple"): 3.0,  # an argument appended to the command
+        ("tokens_per_s", "FAKE_SPEED=slow --triple"): 3.0,
     }
     bad = run(["-m", "benchmarks.experiments.env_ab", "--arms", "NOEQUALS", "--", *command])
     assert bad.returncode != 0 and "Traceback" not in bad.stderr

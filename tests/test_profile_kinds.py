@@ -83,9 +83,16 @@ def gpu_trace() -> dict:
         args = {"hlo_op": hlo_op} if hlo_op else {}
         for tid in (7, 2):
             events.append(
-                {"ph": "X", "pid": 1, "tid": tid, "name": kernel, "ts": start, "dur": duration,
-                 "args": args}
-            )  # fmt: skip
+                {
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": tid,
+                    "name": kernel,
+                    "ts": start,
+                    "dur": duration,
+                    "args": args,
+                }
+            )
     events.append({"ph": "X", "pid": 701, "tid": 1, "name": "loop_add_fusion", "ts": 0, "dur": 999})
     return {"traceEvents": meta + events}
 

@@ -9,7 +9,9 @@ every arm alike.
         --config configs/bench_base.py --what train,decode --nocache_lengths= --json
 
 --arms lists environment assignments, arms separated by ';' and variables within an arm by
-whitespace (`NAME=` sets NAME empty); an empty arm runs in the environment as it is. The
+whitespace (`NAME=` sets NAME empty); an item starting with '--' is an argument appended to
+the command for that arm instead (`--config.train.fused_qkv=True`: a config setting A/B'd
+the same way); an empty arm runs the command as it is. The
 command must print this package's JSON lines (benchmarks/common.py's `emit`). Figures per
 (figure, impl) and arm: `env_ab_value`, the median over the rounds with its min/max, and for
 every arm after the first `env_ab_speedup`, this arm over the first round by round (median,
@@ -34,12 +36,16 @@ SKIPPED = ("setup", "loadavg_end")
 
 
 def parse_arms(text: str) -> list[dict[str, str]]:
-    """'A=1 B=2;;C=' -> [{'A': '1', 'B': '2'}, {}, {'C': ''}]."""
+    """'A=1 B=2;;C= --x=1' -> [{'A': '1', 'B': '2'}, {}, {'C': '', '--x': '1'}]: environment
+    variables, and arguments (keys starting with '--') appended to the command."""
     arms = []
     for arm in text.split(";"):
         env = {}
         for item in shlex.split(arm):
             name, sep, value = item.partition("=")
+            if name.startswith("--"):
+                env[name] = value if sep else None
+                continue
             if not sep or not name:
                 raise SystemExit(f"error: --arms: {item!r} is not NAME=VALUE")
             env[name] = value
@@ -50,17 +56,22 @@ def parse_arms(text: str) -> list[dict[str, str]]:
 
 
 def label(env: dict[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in env.items()) or "(as is)"
+    items = (k if v is None else f"{k}={v}" for k, v in env.items())
+    return " ".join(items) or "(as is)"
 
 
-def run_once(command: list[str], env: dict[str, str]) -> dict[tuple[str, str], tuple]:
-    """{(figure, impl): (value, unit)} of one fresh run of `command` under `env`."""
+def run_once(command: list[str], arm: dict[str, str]) -> dict[tuple[str, str], tuple]:
+    """{(figure, impl): (value, unit)} of one fresh run of `command` under `arm`'s
+    environment, with its arguments appended."""
+    env = {k: v for k, v in arm.items() if not k.startswith("--")}
+    extra = [k if v is None else f"{k}={v}" for k, v in arm.items() if k.startswith("--")]
+    command = [*command, *extra]
     proc = subprocess.run(
         command, env={**os.environ, **env}, capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         raise SystemExit(
-            f"error: {label(env)}: {shlex.join(command)} failed:\n{proc.stderr[-2000:]}"
+            f"error: {label(arm)}: {shlex.join(command)} failed:\n{proc.stderr[-2000:]}"
         )
     figures = {}
     for line in proc.stdout.splitlines():

@@ -16,7 +16,7 @@ from flax import nnx
 from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
 from transformer.model.instrumentation import PLAIN, HeadMask, Instrumentation
-from transformer.model.layers import _dtype
+from transformer.model.layers import _dtype, fused_product
 from transformer.model.position_schemes import Rotation
 from transformer.model.projection_policy import TRAINED, ProjectionPolicy
 
@@ -120,6 +120,10 @@ class Attention(nnx.Module):
             if kv_place == place
             else None
         )
+        # Self-attention's three trained layers multiplied as one (projection_policy).
+        self.fuse_trained_qkv = (
+            self.qkv is None and kv_place == place and projections.fuse_trained_qkv
+        )
         if self.qkv is None:
             self.query = projections.linear(place, d, q_width, **common)
             self.key = projections.linear(kv_place, d, kv_width, **common)
@@ -153,13 +157,17 @@ class Attention(nnx.Module):
         self, x: jax.Array, rotate: Rotation | None = None
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         """Self-attention's projections of x [B, T, d]: (queries [B, T, H, D], (keys, values)
-        [B, K, T, D]), in one product when the projection policy fused them (`qkv`)."""
-        if self.qkv is None:
-            return self.project_q(x, rotate), self.project_kv(x, rotate)
+        [B, K, T, D]), in one product when the projection policy fused them (`qkv`, or the
+        trained layers side by side: `fuse_trained_qkv`)."""
         b, t, _ = x.shape
-        q_width, kv_width = self.num_heads * self.head_dim, self.kv_heads * self.head_dim
-        qkv = self.qkv(x)  # [B, T, q_width + 2 kv_width]
-        q, k, v = jnp.split(qkv, [q_width, q_width + kv_width], axis=-1)
+        if self.fuse_trained_qkv:
+            q, k, v = fused_product([self.query, self.key, self.value], x)
+        elif self.qkv is None:
+            return self.project_q(x, rotate), self.project_kv(x, rotate)
+        else:
+            q_width, kv_width = self.num_heads * self.head_dim, self.kv_heads * self.head_dim
+            qkv = self.qkv(x)  # [B, T, q_width + 2 kv_width]
+            q, k, v = jnp.split(qkv, [q_width, q_width + kv_width], axis=-1)
         q = q.reshape(b, t, self.num_heads, self.head_dim)
         k = k.reshape(b, t, self.kv_heads, self.head_dim)
         v = v.reshape(b, t, self.kv_heads, self.head_dim)

@@ -13,6 +13,9 @@ NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONS = scheme_names()  # the built-in schemes; position_schemes.register adds more
 DTYPES = ("float32", "bfloat16")
+# The tied output projection's operands: float32, or the compute dtype (bfloat16 products
+# with float32 sums and float32 logits).
+LOGITS_DTYPES = ("float32", "compute")
 # einsum: this package's attention (attention.attend); xla / cudnn: jax.nn.dot_product_attention
 # with that implementation (cudnn: fused flash attention on NVIDIA GPUs, bfloat16 only).
 ATTENTION_IMPLS = ("einsum", "xla", "cudnn")
@@ -52,6 +55,9 @@ class ModelConfig:
     output_bias: bool = False
     # Compute dtype; parameters, logits, softmax and loss stay float32.
     dtype: str = "float32"
+    # The tied output projection's product: 'float32' operands, or 'compute': in `dtype`
+    # with float32 sums (the logits, softmax and loss stay float32 either way).
+    logits_dtype: str = "float32"
     use_bias: bool = True
     norm_eps: float = 1e-6
     # Std of output-projection init of attention and FFN = xavier * residual_init_scale;
@@ -98,6 +104,7 @@ class ModelConfig:
             ("norm_type", NORM_TYPES),
             ("position", scheme_names()),
             ("dtype", DTYPES),
+            ("logits_dtype", LOGITS_DTYPES),
             ("attention_impl", ATTENTION_IMPLS),
         ):
             value = getattr(self, name)
@@ -111,6 +118,11 @@ class ModelConfig:
             raise ValueError(
                 "attention_impl='cudnn' needs dtype='bfloat16' (cuDNN's fused attention has no "
                 "float32 kernel); set model.dtype or use attention_impl='xla'"
+            )
+        if self.logits_dtype == "compute" and not self.tie_output:
+            raise ValueError(
+                "logits_dtype='compute' applies to the tied output projection; set "
+                "tie_output=True or logits_dtype='float32'"
             )
         SCHEMES[self.position].check(self)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -39,6 +41,21 @@ class Dense(nnx.Module):
         return y
 
 
+def fused_product(layers: list[Dense], x: jax.Array) -> list[jax.Array]:
+    """[layer(x) for layer in layers] as one product of x with their kernels side by side
+    (one wide matrix product instead of several narrow ones; the same values, each output
+    column being the same dot product). The layers share d_in, dtype, bias use and
+    differentiation."""
+    first = layers[0]
+    kernel = jnp.concatenate([layer.kernel[...] for layer in layers], axis=1)
+    y = first.differentiation.matmul(x.astype(first.dtype), kernel.astype(first.dtype))
+    if first.bias is not None:
+        bias = jnp.concatenate([layer.bias[...] for layer in layers])
+        y = y + bias.astype(first.dtype)
+    widths = [layer.kernel.shape[1] for layer in layers]
+    return jnp.split(y, list(itertools.accumulate(widths[:-1])), axis=-1)
+
+
 class Embed(nnx.Module):
     """Token embedding table [vocab, d]; lookups are scaled by sqrt(d) by the caller."""
 
@@ -57,9 +74,15 @@ class Embed(nnx.Module):
     def __call__(self, tokens: jax.Array) -> jax.Array:
         return jnp.take(self.embedding[...], tokens, axis=0)
 
-    def attend(self, x: jax.Array) -> jax.Array:
-        """Tied output projection: x [..., d] -> logits [..., vocab], in float32."""
-        return self.differentiation.tied_logits(x.astype(jnp.float32), self.embedding[...])
+    def attend(self, x: jax.Array, dtype=jnp.float32) -> jax.Array:
+        """Tied output projection: x [..., d] -> float32 logits [..., vocab], the product's
+        operands in `dtype` (float32 sums whatever it is)."""
+        if dtype == jnp.float32:
+            return self.differentiation.tied_logits(x.astype(jnp.float32), self.embedding[...])
+        table = self.embedding[...].astype(dtype)
+        return jnp.einsum(
+            "...d,vd->...v", x.astype(dtype), table, preferred_element_type=jnp.float32
+        )
 
 
 class Norm(nnx.Module):

@@ -149,7 +149,13 @@ def _kernel_in_out(layer) -> jax.Array:
 
 
 class ProjectionPolicy:
-    """What a network's linear layers are: Dense parameters (`TRAINED`) or decode copies."""
+    """What a network's linear layers are: Dense parameters (`TRAINED`) or decode copies.
+
+    `fuse_trained_qkv`: self-attention multiplies its input by the query, key and value
+    Dense kernels side by side in one product (`layers.fused_product`) instead of three; the
+    parameters stay three layers, so checkpoints do not change (`TRAINED_FUSED_QKV`)."""
+
+    fuse_trained_qkv = False
 
     def linear(
         self,
@@ -188,6 +194,15 @@ class ProjectionPolicy:
 
 
 TRAINED = ProjectionPolicy()
+
+
+class FusedQkvProjections(ProjectionPolicy):
+    """Trained Dense layers, self-attention's query, key and value in one product."""
+
+    fuse_trained_qkv = True
+
+
+TRAINED_FUSED_QKV = FusedQkvProjections()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,9 +62,9 @@ class EncoderBlock(nnx.Module):
 
     def __call__(self, x, ctx: masks.SelfAttentionInputs, keys):
         def self_attend(h):
-            kv = self.self_attention.project_kv(h, ctx.rotate)
+            q, kv = self.self_attention.project_qkv(h, ctx.rotate)
             return self.self_attention(
-                h, kv, mask=ctx.mask, bias=ctx.bias, rotate=ctx.rotate, keys=keys
+                h, kv, mask=ctx.mask, bias=ctx.bias, rotate=ctx.rotate, keys=keys, q=q
             )
 
         x = self.attention_sublayer(x, self_attend, keys)
@@ -328,9 +328,11 @@ class Transformer(nnx.Module):
         return tgt_segments, tgt_positions, ctx
 
     def logits(self, x: jax.Array) -> jax.Array:
-        """Final projection in float32 (logits, softmax and loss stay float32 under bf16)."""
+        """Final projection to float32 logits (softmax and loss stay float32 under bf16); the
+        tied product's operands in model.logits_dtype."""
         if self.output is None:
-            logits = self.target_embedding.attend(x)
+            dtype = _dtype(self.cfg) if self.cfg.logits_dtype == "compute" else jnp.float32
+            logits = self.target_embedding.attend(x, dtype)
         else:
             logits = self.output(x.astype(jnp.float32))
         return logits if self.output_bias is None else logits + self.output_bias[...]

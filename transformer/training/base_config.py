@@ -40,6 +40,8 @@ def _model_section() -> ml_collections.ConfigDict:
     model.tie_output = True  # output projection = target embedding transposed
     model.output_bias = False  # a learned bias on the logits (imported Marian models)
     model.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
+    # tied output projection operands: float32 | compute (model.dtype, float32 sums)
+    model.logits_dtype = "float32"
     model.use_bias = True
     model.norm_eps = 1e-6
     model.residual_init_scale = ml_collections.config_dict.placeholder(float)
@@ -121,6 +123,9 @@ def _train_section() -> ml_collections.ConfigDict:
     # auto | threefry | philox: where dropout masks draw their bits (model/dropout.py); auto:
     # philox on GPUs, threefry elsewhere (run_state.DROPOUT_BITS_AUTO). Rates are exact either way.
     train.dropout_bits = "auto"
+    # Self-attention's query, key and value layers multiplied as one product (same values and
+    # parameters; model/projection_policy.py). On the CPU it gains nothing (docs/performance.md).
+    train.fused_qkv = False
     train.log_every = 50
     train.eval_every = 1000
     train.checkpoint_every = 1000

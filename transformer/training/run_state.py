@@ -12,6 +12,7 @@ from flax import nnx
 from transformer.common.errors import UserError
 from transformer.model.differentiation import Differentiation
 from transformer.model.dropout import BIT_SOURCES, DropoutBits
+from transformer.model.projection_policy import TRAINED, TRAINED_FUSED_QKV
 from transformer.model.transformer import Transformer
 from transformer.training.steps import TrainState, init_state
 
@@ -27,25 +28,28 @@ HAND_WRITTEN_VJPS_AUTO = ("cpu",)
 
 
 # train.dropout_bits='auto': the dropout bit source per platform. On GPUs XLA's Philox
-# RngBitGenerator is one cheap kernel where threefry's rounds are a long integer chain (the
-# H200 figures of docs/performance.md); on the CPU the two cost the same, and threefry keeps
-# the masks of every run trained before the choice existed.
+# RngBitGenerator is one cheap kernel where threefry's rounds are a long integer chain
+# (benchmarks/gpu_side_by_side.sh times threefry beside it, arm big-threefry); on the CPU the
+# two cost the same (docs/performance.md), and threefry keeps the masks of earlier runs.
 DROPOUT_BITS_AUTO = {"gpu": "philox"}
 
 
 def build_train_model(model_cfg, train_config) -> Transformer:
     """The model a run trains: initialised from train.seed, differentiated as the train
-    section says (train.remat, train.hand_written_vjps) and drawing dropout bits from
-    train.dropout_bits; the choices travel in the graphdef."""
+    section says (train.remat, train.hand_written_vjps), drawing dropout bits from
+    train.dropout_bits and multiplying self-attention's query, key and value layers as one
+    product with train.fused_qkv; the choices travel in the graphdef."""
     differentiation = Differentiation(
         remat_blocks=train_config.remat == "block",
         hand_written_vjps=uses_hand_written_vjps(train_config.hand_written_vjps),
     )
     rngs = nnx.Rngs(params=int(train_config.seed))
+    fused = bool(train_config.get("fused_qkv", False))
     return Transformer(
         model_cfg,
         rngs=rngs,
         differentiation=differentiation,
+        projections=TRAINED_FUSED_QKV if fused else TRAINED,
         dropout_bits=dropout_bits(train_config.get("dropout_bits", "threefry")),
     )
 
