@@ -16,10 +16,12 @@
 #   benchmarks/gpu_side_by_side.sh [--dry_run] [OUT_DIR]
 #
 # Runs go in priority order and each is a fresh process writing OUT_DIR/<name>.jsonl (its
-# stderr in <name>.err). Before each it checks the clock: once BUDGET_S seconds (default 420)
+# stderr in <name>.err). Before each it checks the clock: once BUDGET_S seconds (default 390)
 # have passed since the start, the remaining runs are skipped and listed in
-# OUT_DIR/skipped.txt, so the call ends inside its limit with every finished file kept. A run
-# that fails leaves its .err and the others still run (the script then exits 1).
+# OUT_DIR/skipped.txt; a run still going at HARD_S seconds (default 465) is stopped there
+# (its finished figures kept, the cut noted in skipped.txt), so the call ends inside 8
+# minutes with every finished file kept. A run that fails leaves its .err and the others
+# still run (the script then exits 1).
 # OUT_DIR defaults to $OUT, else benchmarks/results/gpu.
 #
 # The GPU image lacks some of the project's dependencies: they are installed from the wheels
@@ -48,7 +50,8 @@ fi
 OUT_DIR="${1:-${OUT:-benchmarks/results/gpu}}"
 PYTHON="${PYTHON:-python3}"
 WHEELS="${WHEELS:-.gpu_wheels}"
-BUDGET_S="${BUDGET_S:-420}"
+BUDGET_S="${BUDGET_S:-390}"
+HARD_S="${HARD_S:-465}"
 START_S=$(date +%s)
 mkdir -p "$OUT_DIR"
 : > "$OUT_DIR/skipped.txt"
@@ -171,13 +174,19 @@ run() {  # run NAME ARGS...: `$PYTHON ARGS` into OUT_DIR/NAME.jsonl, unless out 
     local name=$1 elapsed
     shift
     elapsed=$(( $(date +%s) - START_S ))
-    if (( elapsed >= BUDGET_S )); then
+    if (( elapsed >= BUDGET_S || elapsed >= HARD_S )); then
         echo "$name (skipped at ${elapsed} s: budget ${BUDGET_S} s)" >> "$OUT_DIR/skipped.txt"
         echo "== $name: skipped (${elapsed} s of ${BUDGET_S} s spent)" >&2
         return 0
     fi
     echo "== [${elapsed} s] $name: $PYTHON $*" >&2
-    if ! "$PYTHON" "$@" > "$OUT_DIR/$name.jsonl" 2> "$OUT_DIR/$name.err"; then
+    local rc=0
+    timeout "$(( HARD_S - elapsed ))" "$PYTHON" "$@" > "$OUT_DIR/$name.jsonl" \
+        2> "$OUT_DIR/$name.err" || rc=$?
+    if (( rc == 124 )); then
+        echo "$name (cut at ${HARD_S} s)" >> "$OUT_DIR/skipped.txt"
+        echo "== $name: cut at ${HARD_S} s" >&2
+    elif (( rc != 0 )); then
         echo "error: $name failed; see $OUT_DIR/$name.err" >&2
         tail -3 "$OUT_DIR/$name.err" >&2
         FAILED=1

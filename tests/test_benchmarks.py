@@ -304,6 +304,33 @@ def _have_torch() -> bool:
     return all(importlib.util.find_spec(m) for m in ("torch", "transformers"))
 
 
+SLOW_THROUGHPUT = """#!/usr/bin/env bash
+# The interpreter, except that benchmarks.throughput prints one figure and then hangs.
+if [[ "$*" == *benchmarks.throughput* ]]; then
+    echo '{"figure": "train_tokens_per_s", "value": 1.0, "unit": "tokens/s", "impl": "x"}'
+    exec sleep 600
+fi
+exec PYTHON_BIN "$@"
+"""
+
+
+def test_gpu_script_cuts_a_run_at_its_hard_limit_and_keeps_its_figures(tmp_path):
+    """A run still going at HARD_S is stopped there: its printed figure stays in its file,
+    the cut is listed, every later run is skipped, and the call ends soon after HARD_S."""
+    fake = tmp_path / "python"
+    fake.write_text(SLOW_THROUGHPUT.replace("PYTHON_BIN", sys.executable))
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=str(fake), BUDGET_S="1000", HARD_S="25")
+    command = ["bash", "benchmarks/gpu_side_by_side.sh", "--dry_run", str(out)]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    skipped = (out / "skipped.txt").read_text().splitlines()
+    assert skipped[0] == "jax_big_1 (cut at 25 s)", skipped
+    assert all("skipped at" in line or "PyTorch" in line for line in skipped[1:])
+    assert json.loads((out / "jax_big_1.jsonl").read_text())["value"] == 1.0
+
+
 @pytest.mark.slow
 def test_gpu_script_dry_run_writes_every_file_and_the_table(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable)

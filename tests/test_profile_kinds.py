@@ -142,3 +142,34 @@ ENTRY %main (x: s32[]) -> s32[] {
     ops = pk.parse_hlo(hlo)
     assert ops["f"].in_loop and ops["neg"].in_loop and not ops["w"].in_loop
     assert [op.name for op in ops["f"].fused] == ["q", "neg"]
+
+
+# ------------------------------------------------------------ program_fingerprint.py
+
+
+def test_fingerprint_ignores_names_and_metadata_but_not_operations():
+    from benchmarks.experiments.program_fingerprint import fingerprint
+
+    a = '%add.1 = f32[8]{0} add(%p.0, %p.0), metadata={op_name="jit(f)/norm/add"}\n'
+    renamed = '%add.7 = f32[8]{0} add(%q.3, %q.3), metadata={op_name="jit(f)/add"}\n'
+    reshaped = '%add.1 = f32[4]{0} add(%p.0, %p.0), metadata={op_name="jit(f)/add"}\n'
+    multiplied = "%add.1 = f32[8]{0} multiply(%p.0, %p.0)\n"
+    assert fingerprint(a) == fingerprint(renamed)
+    assert fingerprint(a) != fingerprint(reshaped) and fingerprint(a) != fingerprint(multiplied)
+
+
+def test_train_program_fingerprint_is_stable_and_sees_a_changed_step():
+    """The same config compiles to the same fingerprint twice; Q/K/V in one product (the same
+    values, another program) changes it; a name scope alone (metadata) does not."""
+    import jax
+
+    from benchmarks.experiments.program_fingerprint import fingerprint, train_program
+    from tests.helpers import tiny_config
+
+    base = tiny_config(model__vocab_size=64)
+    first, again = (fingerprint(train_program(base)) for _ in range(2))
+    assert first == again
+    fused = fingerprint(train_program(tiny_config(model__vocab_size=64, train__fused_qkv=True)))
+    assert fused != first
+    with jax.named_scope("an_extra_scope"):
+        assert fingerprint(train_program(base)) == first
