@@ -22,6 +22,8 @@
 # (its finished figures kept, the cut noted in skipped.txt), so the call ends inside 8
 # minutes with every finished file kept. A run that fails leaves its .err and the others
 # still run (the script then exits 1).
+# ONLY (space-separated run names, e.g. "jax_big_threefry jax_big_fused_qkv") runs just those,
+# so a second device call can take what the first one's budget skipped.
 # OUT_DIR defaults to $OUT, else benchmarks/results/gpu.
 #
 # The GPU image lacks some of the project's dependencies: they are installed from the wheels
@@ -173,6 +175,9 @@ FAILED=0
 run() {  # run NAME ARGS...: `$PYTHON ARGS` into OUT_DIR/NAME.jsonl, unless out of time
     local name=$1 elapsed
     shift
+    if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then
+        return 0
+    fi
     elapsed=$(( $(date +%s) - START_S ))
     if (( elapsed >= BUDGET_S || elapsed >= HARD_S )); then
         echo "$name (skipped at ${elapsed} s: budget ${BUDGET_S} s)" >> "$OUT_DIR/skipped.txt"
@@ -200,6 +205,9 @@ ours() {  # ours NAME CONFIG ARGS...: benchmarks/throughput.py on CONFIG
 }
 
 peer() {  # peer NAME ARGS...: a MarianMT run, skipped where PyTorch is not installed
+    if [[ -n "${ONLY:-}" && " $ONLY " != *" $1 "* ]]; then
+        return 0
+    fi
     if (( HAVE_TORCH )); then
         run "$@"
     else

@@ -314,6 +314,18 @@ exec PYTHON_BIN "$@"
 """
 
 
+def test_gpu_script_runs_only_the_runs_named_in_only(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, ONLY="jax_big_nodropout torch_eager_big")
+    command = ["bash", "benchmarks/gpu_side_by_side.sh", "--dry_run", str(tmp_path)]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = sorted(p.stem for p in tmp_path.glob("*.jsonl"))
+    assert ran == (
+        ["jax_big_nodropout", "torch_eager_big"] if _have_torch() else ["jax_big_nodropout"]
+    )
+    assert "| `train_tokens_per_s` | big-nodropout |" in (tmp_path / "table.md").read_text()
+
+
 def test_gpu_script_cuts_a_run_at_its_hard_limit_and_keeps_its_figures(tmp_path):
     """A run still going at HARD_S is stopped there: its printed figure stays in its file,
     the cut is listed, every later run is skipped, and the call ends soon after HARD_S."""
