@@ -79,3 +79,19 @@ def test_with_dropout_each_source_repeats_itself_and_they_differ():
     philox = train_losses("philox", 0.3)
     assert philox == train_losses("philox", 0.3)
     assert philox != train_losses("threefry", 0.3)
+
+
+def test_a_run_saved_before_the_setting_keeps_threefry_bits(tmp_path):
+    """config.json of a run trained before train.dropout_bits existed has no such field: it
+    loads as 'threefry' (what it drew with), not 'auto' (Philox on a GPU); a saved setting
+    loads as saved."""
+    import json
+
+    config = tiny_config(train__dropout_bits="philox")
+    run_config.save(config, str(tmp_path))
+    assert run_config.load(str(tmp_path)).train.dropout_bits == "philox"
+    path = tmp_path / run_config.CONFIG_FILE
+    values = json.loads(path.read_text())
+    del values["train"]["dropout_bits"]
+    path.write_text(json.dumps(values))
+    assert run_config.load(str(tmp_path)).train.dropout_bits == "threefry"

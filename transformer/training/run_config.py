@@ -194,6 +194,10 @@ def load(workdir: str) -> ml_collections.ConfigDict:
     if "vocab_size" not in values.get("data", {}):
         # A run saved before data.vocab_size existed asked SentencePiece for model.vocab_size.
         config.data.vocab_size = config.model.vocab_size
+    if "dropout_bits" not in values.get("train", {}):
+        # A run saved before train.dropout_bits existed drew its masks with threefry: a
+        # resume on a GPU (where 'auto' means Philox) keeps drawing them so.
+        config.train.dropout_bits = "threefry"
     return config
 
 
