@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import os
 from typing import Any
 
@@ -85,6 +86,20 @@ class DataBundle:
     @functools.cached_property
     def train_pairs(self) -> TextPairs:
         return load_split(self.config.data, self.config.data.train_split, self.workdir)
+
+    def fingerprint(self) -> dict:
+        """What the run's data is, for its provenance: the vocabularies' fingerprints and a
+        SHA-256 of the tokenized training split (its pairs' token ids in order)."""
+        tokens = self.train_tokens
+        digest = hashlib.sha256()
+        for array in (tokens.src_offsets, tokens.src_flat, tokens.tgt_offsets, tokens.tgt_flat):
+            digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+        return {
+            "source_vocab": self.source_tokenizer.fingerprint,
+            "target_vocab": self.target_tokenizer.fingerprint,
+            "train_pairs": len(tokens),
+            "train_tokens_sha256": digest.hexdigest(),
+        }
 
     @functools.cached_property
     def train_tokens(self) -> TokenizedPairs:

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from transformer.common import provenance
 from transformer.common.errors import UserError
 from transformer.common.fileio import make_workdir
 from transformer.data import DataBundle, load_split, make_datasets
@@ -133,6 +134,9 @@ def train_and_evaluate(config, workdir: str) -> TrainResult:
     )
     state, start = _restore_or_init(run, model, state)
     del model
+    if is_main:  # what this start runs: code, libraries, machine, data
+        start_entry = provenance.entry(start, data.fingerprint(), jax.default_backend())
+        provenance.record(workdir, start_entry)
 
     state = parallel.place_state(state)
     steps = _compile_steps(run, graphdef, optimizer, schedule, state)
