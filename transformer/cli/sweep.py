@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
         "directories kept without eval/<split>.ref.txt",
     )
     parser.add_argument(
+        "--allow_mixed_provenance",
+        action="store_true",
+        help="pool an arm's runs even when they ran different code or data (their "
+        "provenance.json differ); the report lists every such arm",
+    )
+    parser.add_argument(
         "--plan",
         type=float,
         metavar="GAP",
@@ -166,7 +172,7 @@ def _update_readme(args: argparse.Namespace) -> None:
 def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> None:
     if not args.report_only:
         runs = _run_sweep(args, sweep, args.parallel or sweep.parallel)
-    write_report(sweep, runs, args.workdir)
+    write_report(sweep, runs, args.workdir, allow_mixed=args.allow_mixed_provenance)
     grid = ", lr_grid.csv, lr_valid_loss.png" if sweep.lr_grid else ""
     print(
         f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "

@@ -11,7 +11,7 @@ import statistics
 
 from transformer.common.errors import UserError
 from transformer.common.metrics_file import METRICS_FILE, read_metrics
-from transformer.research.sweep import columns, lr_grid, plots
+from transformer.research.sweep import columns, lr_grid, plots, provenance_check
 from transformer.research.sweep.runs import Run, is_finished, read_eval, read_status
 from transformer.research.sweep.spec import Sweep, short_value
 from transformer.research.sweep.versus_baseline import versus_baseline
@@ -209,15 +209,19 @@ def _first(values):
     return next((v for v in values if v is not None), None)
 
 
-def write_report(sweep: Sweep, runs: list[Run], workdir: str) -> list[dict]:
-    """Writes the tables and plots into `workdir`; returns the per-variant rows."""
+def write_report(
+    sweep: Sweep, runs: list[Run], workdir: str, *, allow_mixed: bool = False
+) -> list[dict]:
+    """Writes the tables and plots into `workdir`; returns the per-variant rows. An arm whose
+    runs ran different code or data is refused unless `allow_mixed` (provenance_check)."""
+    mixed = provenance_check.check(runs, allow_mixed)
     table, per_run = aggregate(sweep, runs)
     os.makedirs(workdir, exist_ok=True)
     columns.write_csv(os.path.join(workdir, "results.csv"), columns.TABLE, table)
     columns.write_csv(os.path.join(workdir, "runs.csv"), columns.RUNS, per_run)
     reported = [r for r in per_run if r["reported"]]
     choices = lr_grid.choose(sweep.lr_grid, per_run)
-    _write_markdown(sweep, table, per_run, choices, workdir)
+    _write_markdown(sweep, table, per_run, choices, workdir, mixed)
     plots.plot_valid_loss(sweep, reported, workdir)
     plots.plot_bleu(sweep, table, workdir)
     plots.plot_length_curves(sweep, reported, workdir)
@@ -249,9 +253,13 @@ def _markdown_intro(sweep: Sweep) -> list[str]:
     return lines
 
 
-def _markdown_notes(per_run: list[dict]) -> list[str]:
-    """Failed and unfinished runs, then what the columns and plots mean."""
+def _markdown_notes(per_run: list[dict], mixed: list[str]) -> list[str]:
+    """Arms pooled across code or data, failed and unfinished runs, then what the columns
+    and plots mean."""
     lines = []
+    if mixed:
+        lines += ["", f"Mixed provenance, pooled by {provenance_check.ALLOW_FLAG}:", ""]
+        lines += [f"- {description}" for description in mixed]
     problems = [r for r in per_run if r["status"] in ("failed", "diverged")]
     if problems:
         lines += ["", "Failed or diverged runs:", ""]
@@ -272,10 +280,10 @@ def _markdown_notes(per_run: list[dict]) -> list[str]:
     return lines
 
 
-def _write_markdown(sweep: Sweep, table, per_run, choices, workdir: str) -> None:
+def _write_markdown(sweep: Sweep, table, per_run, choices, workdir: str, mixed) -> None:
     context = columns.Context(sweep=sweep, table=table)
     lines = _markdown_intro(sweep) + [""] + columns.markdown(columns.TABLE, table, context)
-    lines += lr_grid.markdown(choices) + _markdown_notes(per_run)
+    lines += lr_grid.markdown(choices) + _markdown_notes(per_run, mixed)
     lines += [lr_grid.NOTE if choices else UNTUNED_NOTE, ""]
     if sweep.eval_score_references:
         lines += [PERPLEXITY_NOTE.format(split=sweep.eval_split), ""]

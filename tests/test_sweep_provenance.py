@@ -1,0 +1,79 @@
+"""A study refuses to pool an arm's runs of different code or data (their provenance.json
+differ), in one line naming the runs and what differs, unless --allow_mixed_provenance,
+which the report then marks; runs recorded before provenance existed are left out."""
+
+import json
+
+import pytest
+
+from tests.test_lr_grid import _study
+from transformer.common import provenance
+from transformer.common.errors import UserError
+from transformer.research.sweep import provenance_check
+from transformer.research.sweep.results import write_report
+
+DATA = {"source_vocab": "a" * 16, "target_vocab": "b" * 16, "train_tokens_sha256": "c" * 64}
+
+
+def give_provenance(run, source: str, data=DATA, resumed_source: str | None = None):
+    """The run's provenance.json as training writes it: one start, or two when resumed."""
+    starts = [{"start_step": 0, "code": {"source_sha256": source}, "data": data}]
+    if resumed_source is not None:
+        starts.append({"start_step": 5, "code": {"source_sha256": resumed_source}, "data": data})
+    for start in starts:
+        provenance.record(run.workdir, start)
+
+
+def test_same_code_and_data_pool_silently(tmp_path):
+    sweep, runs, _ = _study(tmp_path)
+    for run in runs:
+        give_provenance(run, "1" * 64)
+    assert provenance_check.mixed_arms(runs) == []
+    write_report(sweep, runs, str(tmp_path / "report"))
+    assert "Mixed provenance" not in (tmp_path / "report" / "results.md").read_text()
+
+
+def test_an_arm_of_two_codes_is_refused_naming_its_runs(tmp_path):
+    sweep, runs, _ = _study(tmp_path)
+    for run in runs:
+        changed = run.variant == "alt" and run.seed == 1 and run.lr_scale == 0.5
+        give_provenance(run, ("2" if changed else "1") * 64)
+    with pytest.raises(UserError) as error:
+        write_report(sweep, runs, str(tmp_path / "report"))
+    message = str(error.value)
+    assert message.startswith("variant alt: its runs ran different code (")
+    assert "seed 1 lr x0.5: source 222222222222" in message
+    assert (
+        "seed 0 lr x0.5, seed 0, seed 1, seed 0 lr x2, seed 1 lr x2: source 111111111111" in message
+    )
+    assert message.endswith(
+        "or pass --allow_mixed_provenance to pool them anyway (the report then marks the arm)"
+    )
+    assert "\n" not in message
+    write_report(sweep, runs, str(tmp_path / "report"), allow_mixed=True)
+    md = (tmp_path / "report" / "results.md").read_text()
+    assert "Mixed provenance, pooled by --allow_mixed_provenance:" in md
+    assert "- variant alt: its runs ran different code" in md
+
+
+def test_a_run_resumed_under_other_code_and_other_data_are_caught(tmp_path):
+    sweep, runs, _ = _study(tmp_path)
+    for run in runs:
+        if run.variant == "base" and run.seed == 0 and run.lr_scale == 1.0:
+            give_provenance(run, "1" * 64, resumed_source="3" * 64)
+        elif run.variant == "alt" and run.seed == 0 and run.lr_scale == 1.0:
+            give_provenance(run, "1" * 64, data={**DATA, "train_tokens_sha256": "d" * 64})
+        else:
+            give_provenance(run, "1" * 64)
+    mixed = provenance_check.mixed_arms(runs)
+    assert [m.split(":")[0] for m in mixed] == ["variant base", "variant alt"]
+    assert "seed 0: source 111111111111+333333333333" in mixed[0]
+    assert "ran different data" in mixed[1]
+
+
+def test_runs_without_provenance_are_left_out(tmp_path):
+    sweep, runs, _ = _study(tmp_path)
+    give_provenance(runs[0], "1" * 64)  # the others predate provenance.json
+    assert provenance_check.mixed_arms(runs) == []
+    assert provenance_check.run_identity(runs[1]) is None
+    assert json.loads((tmp_path / "base" / "x0.5" / "0" / "provenance.json").read_text())
