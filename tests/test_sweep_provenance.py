@@ -77,3 +77,66 @@ def test_runs_without_provenance_are_left_out(tmp_path):
     assert provenance_check.mixed_arms(runs) == []
     assert provenance_check.run_identity(runs[1]) is None
     assert json.loads((tmp_path / "base" / "x0.5" / "0" / "provenance.json").read_text())
+
+
+# ------------------------------------------------------------------ outlier runs
+
+
+def test_a_planted_outlier_run_is_named_in_the_table_and_runs_csv(tmp_path):
+    """Six arms of five seeds, BLEU 25 + small noise, one run of 'v3' 4 BLEU low: the table's
+    'outlier runs' cell names that seed, runs.csv marks that run alone, and the legend
+    explains the rule; without the planted run no column appears."""
+    import csv
+    import random
+
+    from transformer.research import sweep as sw
+    from transformer.research.sweep.runs import Run
+
+    rng = random.Random(0)
+
+    def make(plant: bool, root):
+        runs = []
+        for v in range(6):
+            for seed in range(5):
+                bleu = 25.0 + rng.gauss(0, 0.3) - (4.0 if plant and (v, seed) == (3, 2) else 0)
+                workdir = root / f"v{v}" / str(seed)
+                (workdir / "eval").mkdir(parents=True)
+                (workdir / "eval" / "test.json").write_text(
+                    json.dumps({"step": 10, "bleu": bleu, "chrf": 50.0})
+                )
+                for kind, text in (
+                    ("hyp", "der Hund sieht\ndie Katze\n"),
+                    ("ref", "der Hund\ndie Katze\n"),
+                ):
+                    (workdir / "eval" / f"test.{kind}.txt").write_text(text)
+                row = {"kind": "eval", "split": "valid", "step": 10, "loss": 2.0}
+                (workdir / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+                runs.append(
+                    Run(f"v{v}", seed, str(workdir), {}, {}, "base.py", "test", num_steps=10)
+                )
+        sweep = sw.Sweep(
+            path="s.py",
+            base="base.py",
+            overrides={},
+            seeds=list(range(5)),
+            variants={f"v{v}": {} for v in range(6)},
+            eval_split="test",
+            eval_overrides={},
+            parallel=1,
+            baseline="v0",
+        )
+        return sweep, runs
+
+    sweep, runs = make(True, tmp_path / "planted")
+    write_report(sweep, runs, str(tmp_path / "report"))
+    md = (tmp_path / "report" / "results.md").read_text()
+    assert "| outlier runs |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| v3 |"))
+    assert "seed 2: BLEU 2" in row and "sigma below the others' median 2" in row
+    assert "Outlier runs: a reported run whose test BLEU" in md
+    with open(tmp_path / "report" / "runs.csv") as f:
+        marked = [(r["variant"], r["seed"]) for r in csv.DictReader(f) if r["outlier"]]
+    assert marked == [("v3", "2")]
+    sweep, runs = make(False, tmp_path / "clean")
+    write_report(sweep, runs, str(tmp_path / "clean_report"))
+    assert "outlier" not in (tmp_path / "clean_report" / "results.md").read_text().lower()

@@ -191,6 +191,10 @@ def _has_perplexity(context: Context) -> bool:
     return bool(context.sweep.eval_score_references)
 
 
+def _has_outliers(context: Context) -> bool:
+    return any(row.get("outliers") for row in context.table)
+
+
 def _has_grid(context: Context) -> bool:
     return bool(context.sweep.lr_grid)
 
@@ -256,6 +260,7 @@ TABLE: list[Column] = [
     Column("done", "done", _done),
     Column("diverged", "diverged", spec="{}"),
     Column("failed", "failed", spec="{}"),
+    Column("outliers", "outlier runs", spec="{}", shown=_has_outliers),
 ]
 
 # One row per run: runs.csv.
@@ -279,6 +284,7 @@ RUNS: list[Column] = [
     Column("tokens_per_s"),
     Column("wall_s"),
     Column("error"),
+    Column("outlier"),
 ]
 
 # One row per (variant, learning-rate grid point): lr_grid.csv. Its Markdown table has a

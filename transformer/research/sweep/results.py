@@ -15,6 +15,8 @@ from transformer.research.sweep import columns, lr_grid, plots, provenance_check
 from transformer.research.sweep.runs import Run, is_finished, read_eval, read_status
 from transformer.research.sweep.spec import Sweep, short_value
 from transformer.research.sweep.versus_baseline import versus_baseline
+from transformer.scoring.outliers import THRESHOLD as OUTLIER_THRESHOLD
+from transformer.scoring.outliers import outlier_runs
 from transformer.scoring.significance import t_interval
 
 
@@ -164,6 +166,7 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
         r["reported"] = r["lr_scale"] == scales.get(r["variant"], 1.0)
     comparisons = versus_baseline(sweep, runs, scales, _reference_scales(sweep, choices))
     _per_seed_versus(per_run, comparisons)
+    flagged = _flag_outliers(per_run)
     table = []
     for name in sweep.variants:
         rows = [r for r in per_run if r["variant"] == name and r["reported"]]
@@ -173,9 +176,35 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
                 **_variant_values(sweep, name, rows),
                 **_versus_values(comparisons.get(name)),
                 **_lr_columns(choices.get(name), plain),
+                "outliers": "; ".join(flagged.get(name, [])) or None,
             }
             table.append(columns.complete(columns.TABLE, values))
     return table, [columns.complete(columns.RUNS, r) for r in per_run]
+
+
+# Per-run figures whose outliers the table names (scoring/outliers.py), with their labels.
+OUTLIER_METRICS = {"bleu": "BLEU", "final_valid_loss": "final valid loss"}
+
+
+def _flag_outliers(per_run: list[dict]) -> dict[str, list[str]]:
+    """{variant: ['seed 3: BLEU 21.10, 5.2 sigma below the others' median 24.35', ...]} over the
+    finished runs each row reports; each flagged run's `outlier` field says the same."""
+    done = [r for r in per_run if r["reported"] and r["status"] == "done"]
+    flagged: dict[str, list[str]] = {}
+    for metric, label in OUTLIER_METRICS.items():
+        arms: dict[str, dict[str, float]] = {}
+        for r in done:
+            arms.setdefault(r["variant"], {})[f"seed {r['seed']}"] = r[metric]
+        for o in outlier_runs(arms):
+            side = "above" if o.sigmas > 0 else "below"
+            text = (
+                f"{o.run}: {label} {o.value:.2f}, {abs(o.sigmas):.1f} sigma {side} the "
+                f"others' median {o.others_median:.2f}"
+            )
+            flagged.setdefault(o.arm, []).append(text)
+            row = next(r for r in done if r["variant"] == o.arm and f"seed {r['seed']}" == o.run)
+            row["outlier"] = "; ".join(filter(None, [row.get("outlier"), text]))
+    return flagged
 
 
 def _variant_values(sweep: Sweep, name: str, rows: list[dict]) -> dict:
@@ -265,6 +294,8 @@ def _markdown_notes(per_run: list[dict], mixed: list[str]) -> list[str]:
         lines += ["", "Failed or diverged runs:", ""]
         for r in problems:
             lines.append(f"- {r['variant']} seed {r['seed']}: {r['status']}: {r['error'] or ''}")
+    if any(r.get("outlier") for r in per_run):
+        lines += ["", OUTLIER_NOTE]
     unfinished = [r for r in per_run if r["status"] not in ("done", "failed", "diverged")]
     if unfinished:
         lines += ["", f"Not finished: {len(unfinished)} run(s) (rerun the sweep to resume)."]
@@ -309,6 +340,12 @@ COLUMNS_NOTE = (
     "training log's. Best valid loss is the lowest validation loss (NLL) of each run, "
     "averaged over seeds; train tok/s is the median of the logged training rows (source + "
     "target tokens), averaged over seeds."
+)
+OUTLIER_NOTE = (
+    "Outlier runs: a reported run whose test BLEU or final validation loss lies more than "
+    f"{OUTLIER_THRESHOLD:g} sigma from the median of its arm's other runs, sigma estimated "
+    "robustly from every run of the study (scoring/outliers.py); look at its curves before "
+    "trusting its arm's mean (runs.csv's `outlier` says the same per run)."
 )
 UNTUNED_NOTE = (
     "lr: no lr_grid, so every variant runs untuned at its configured learning rate and "
