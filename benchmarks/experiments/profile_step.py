@@ -148,10 +148,9 @@ def _row(name: str, ms: float, ops, events) -> tuple:
     return name, ms, op.shape, kind, op.op_name, op.in_loop
 
 
-def outside_ms(step_ms: float, kinds: dict, streams: bool) -> float:
-    """Call time no device op accounts for: on a device with streams the host time around
-    the device's busy span, elsewhere the call minus the summed op times (the runtime
-    dispatching ops one after another)."""
+def outside_ms(step_ms: float, kinds: dict) -> float:
+    """Call time no device work accounts for: host dispatch, and on the CPU the runtime
+    running ops one after another (the call minus the summed kind times, at least 0)."""
     return max(step_ms - sum(kinds.values()), 0.0)
 
 
@@ -161,7 +160,7 @@ def print_json(step_ms: float, kinds, places, rows, streams: bool) -> None:
     for kind, ms in kinds.items():
         share = ms / max(step_ms, 1e-9)
         common.emit("step_kind_ms", ms, "ms", common.OURS, True, kind=kind, share=share, **meta)
-    outside = outside_ms(step_ms, kinds, streams)
+    outside = outside_ms(step_ms, kinds)
     common.emit(
         "step_kind_ms", outside, "ms", common.OURS, True, kind=OUTSIDE, share=outside / step_ms
     )
@@ -190,7 +189,7 @@ def print_table(step_ms: float, kinds, places, rows, streams: bool) -> None:
     )
     source = "device kernels" if streams else "op events"
     print(f"time per call by kind ({source}; sum {sum(kinds.values()):.1f} ms):")
-    for kind, ms in (*kinds.items(), (OUTSIDE, outside_ms(step_ms, kinds, streams))):
+    for kind, ms in (*kinds.items(), (OUTSIDE, outside_ms(step_ms, kinds))):
         print(f"  {kind:<22} {ms:9.2f} ms  {100 * ms / max(step_ms, 1e-9):5.1f}% of the call")
     print("op time per call by place (a while loop's body: the decode loop's token steps):")
     for place, ms in places.most_common():
