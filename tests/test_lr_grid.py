@@ -309,17 +309,58 @@ def test_the_search_widens_until_its_best_point_is_interior_then_runs_the_other_
         sweep, str(tmp_path / "w"), lambda scale, seed: (math.log2(scale) - 2) ** 2 + 0.01 * seed
     )
     base = [[key for key in r if key[0] == "base"] for r in rounds]
-    assert base[0] == [("base", 0.5, 0), ("base", 1.0, 0), ("base", 2.0, 0)]  # first seed only
-    assert base[1] == [("base", 4.0, 0)]  # x2 was best: one point up
-    assert base[2] == [("base", 8.0, 0)]  # x4 best at the top again
-    assert base[3] == [("base", 4.0, 1), ("base", 4.0, 2)]  # interior: the other seeds at x4
+    tune = 999  # the search's own seed by default, none of the compared 0, 1, 2
+    assert base[0] == [("base", 0.5, tune), ("base", 1.0, tune), ("base", 2.0, tune)]
+    assert base[1] == [("base", 4.0, tune)]  # x2 was best: one point up
+    assert base[2] == [("base", 8.0, tune)]  # x4 best at the top again
+    assert base[3] == [("base", 4.0, s) for s in (0, 1, 2)]  # interior: the compared seeds
     # Untuned variants run every seed at their own rate from the first round.
     assert [k for k in rounds[0] if k[0] == "post"] == [("post", 1.0, s) for s in (0, 1, 2)]
-    from transformer.research.sweep.results import aggregate
-
-    table, _ = aggregate(sweep, sw.plan_runs(sweep, str(tmp_path / "w")))
+    table, per_run = aggregate(sweep, sw.plan_runs(sweep, str(tmp_path / "w")))
     row = next(r for r in table if r["variant"] == "base")
     assert row["lr_scale"] == 4.0 and row["runs"] == 3 and not row["lr_grid_edge"]
+    reported = {r["seed"] for r in per_run if r["variant"] == "base" and r["reported"]}
+    assert reported == {0, 1, 2}
+    roles = {(r["seed"], r["lr_scale"]): r["role"] for r in per_run if r["variant"] == "base"}
+    assert roles[(tune, 4.0)] == "tuning" and roles[(0, 4.0)] == "compared"
+
+
+def test_first_seed_tuning_runs_the_other_seeds_after_it_and_says_so(tmp_path):
+    import math
+
+    grid = "'lr_grid': {'scales': [0.5, 1, 2], 'variants': ['base'], 'tune_seeds': 'first'}"
+    sweep = sw.load_sweep(_sweep_file(tmp_path, grid, seeds=(0, 1, 2)))
+    workdir = str(tmp_path / "w")
+    rounds = _search_to_the_end(sweep, workdir, lambda scale, seed: (math.log2(scale) - 0) ** 2)
+    base = [[key for key in r if key[0] == "base"] for r in rounds]
+    assert base == [[("base", s, 0) for s in (0.5, 1.0, 2.0)], [("base", 1.0, s) for s in (1, 2)]]
+    table, per_run = aggregate(sweep, sw.plan_runs(sweep, workdir))
+    assert {r["seed"] for r in per_run if r["variant"] == "base" and r["reported"]} == {0, 1, 2}
+    write_report(sweep, sw.plan_runs(sweep, workdir), str(tmp_path / "report"))
+    assert (
+        "include the run(s) that won the selection"
+        in (tmp_path / "report" / "results.md").read_text()
+    )
+
+
+def test_the_tuning_seed_is_kept_out_of_the_compared_runs(tmp_path):
+    """A planted lucky tuning run (lowest validation loss, BLEU 90) must win the selection
+    and appear in no figure of the table: the row's BLEU is the compared seeds' alone."""
+    grid = "'lr_grid': {'scales': [0.5, 1, 2], 'variants': ['base', 'post'], 'tune_seeds': [7]}"
+    sweep = sw.load_sweep(_sweep_file(tmp_path, grid, seeds=(0, 1, 2)))
+    workdir = str(tmp_path / "w")
+    _search_to_the_end(sweep, workdir, lambda scale, seed: abs(scale - 1.0) + 0.1 * (seed != 7))
+    runs = sw.plan_runs(sweep, workdir)
+    lucky = next(r for r in runs if (r.variant, r.seed, r.lr_scale) == ("base", 7, 1.0))
+    with open(lucky.eval_json, "w") as f:
+        json.dump({"step": lucky.num_steps, "bleu": 90.0, "chrf": 90.0}, f)
+    table, per_run = aggregate(sweep, runs)
+    row = next(r for r in table if r["variant"] == "base")
+    assert row["lr_scale"] == 1.0 and row["runs"] == 3 and row["bleu_mean"] == 10.0
+    assert {r.seed for r in runs if r.variant == "base" and r.lr_scale == 1.0} == {7, 0, 1, 2}
+    assert not lucky.compared and "(lr search)" in lucky.label
+    write_report(sweep, runs, str(tmp_path / "report"))
+    assert "seed(s) [7] of its own" in (tmp_path / "report" / "results.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -345,7 +386,7 @@ def test_the_search_stops_at_its_cap_and_flags_it_or_below_a_diverged_point(
     choice = choose(sweep.lr_grid, [outcome(r) for r in runs])["base"]
     assert [p.scale for p in choice.points] == tried
     assert choice.complete and choice.scale == chosen and choice.edge == edge
-    assert {r.seed for r in runs if r.variant == "base" and r.lr_scale == chosen} == {0, 1}
+    assert {r.seed for r in runs if r.variant == "base" and r.lr_scale == chosen} == {999, 0, 1}
 
 
 def test_bad_caps_and_tuning_seeds_are_user_errors(tmp_path):
@@ -353,7 +394,10 @@ def test_bad_caps_and_tuning_seeds_are_user_errors(tmp_path):
         ("'scales': [0.5, 1, 2], 'max_scale': 1", "must hold the grid"),
         ("'scales': [0.5, 1, 2], 'min_scale': 0", "must hold the grid"),
         ("'scales': [0.5, 1, 2], 'max_scale': 'big'", "must be numbers"),
-        ("'scales': [0.5, 1, 2], 'tune_seeds': 'some'", "tune_seeds must be one of"),
+        ("'scales': [0.5, 1, 2], 'tune_seeds': 'some'", "tune_seeds must be a list of seeds"),
+        ("'scales': [0.5, 1, 2], 'tune_seeds': ['a']", "must be a list of ints"),
+        ("'scales': [0.5, 1, 2], 'tune_seeds': [5, 5]", "distinct ints"),
+        ("'scales': [0.5, 1, 2], 'tune_seeds': [1, 9]", r"tune_seeds \[1\] are also compared"),
     ):
         with pytest.raises(UserError, match=message):
             sw.load_sweep(_sweep_file(tmp_path, "'lr_grid': {" + grid + "}"))
@@ -369,8 +413,8 @@ def test_the_aa_arm_repeats_the_baseline_under_disjoint_seeds_and_its_search(tmp
     assert "base_aa" in sweep.lr_grid  # tuned wherever the baseline is
     runs = sw.plan_runs(sweep, str(tmp_path / "w"))
     aa = [r for r in runs if r.variant == "base_aa"]
-    assert {(r.lr_scale, r.seed) for r in aa} == {(0.5, 1000), (1.0, 1000), (2.0, 1000)}
-    assert all(r.overrides["train.seed"] == 1000 for r in aa)
+    assert {(r.lr_scale, r.seed) for r in aa} == {(0.5, 1999), (1.0, 1999), (2.0, 1999)}
+    assert all(r.overrides["train.seed"] == 1999 and not r.compared for r in aa)
     with open(tmp_path / "clash.py", "w") as f:
         f.write(open(path).read().replace("'seeds': [0, 1]", "'seeds': [0, 1000]"))
     with pytest.raises(UserError, match="both the sweep's and the A/A arm"):
@@ -396,14 +440,15 @@ def test_the_cli_runs_rounds_until_the_search_ends_then_reports(tmp_path, monkey
     workdir = str(tmp_path / "w")
     assert sweep_cli.main(["--config", path, "--workdir", workdir]) == 0
     out = capsys.readouterr().out
-    # Round 1: 3 + 3 grid points (base, A/A) + 3 seeds each of post and slow; round 2: x4
-    # for both searches (x2 was best at the top); round 3: the other seeds at x2.
+    # Round 1: 3 + 3 grid points (base, A/A, on their own tuning seeds) + 3 seeds each of
+    # post and slow; round 2: x4 for both searches (x2 was best at the top); round 3: the
+    # three compared seeds of each at x2.
     assert [
         line.split(":")[1].split(",")[0] for line in out.splitlines() if "at a time" in line
     ] == [
         " 12 run(s)",
         " 14 run(s)",
-        " 18 run(s)",
+        " 20 run(s)",
     ]
     with open(os.path.join(workdir, "results.csv")) as f:
         rows = {r["variant"]: r for r in csv.DictReader(f)}

@@ -1,6 +1,8 @@
 """transformer-sweep --plan: a pilot's variances read from its runs (checked against
-sacreBLEU's own corpus scores and the pooled-variance formula) and the seeds a gap needs."""
+sacreBLEU's own corpus scores and the pooled-variance formula; the A/A arm out of tau^2) and
+the seeds a gap needs. The planned MDD's power is simulated in test_seed_significance.py."""
 
+import dataclasses
 import json
 import math
 import random
@@ -13,12 +15,13 @@ from transformer.common.errors import UserError
 from transformer.research.sweep import planning
 from transformer.research.sweep.runs import Run
 from transformer.research.sweep.spec import Sweep
+from transformer.research.sweep.versus_baseline import arm_scores_by_variant
 from transformer.scoring import seed_significance
 
 WORDS = "der die das Hund Katze sieht den roten Mann und einen Ball".split()
 
 
-def _pilot(tmp_path, seeds_per_arm: dict[str, int]):
+def _pilot(tmp_path, seeds_per_arm: dict[str, int], aa_variant: str | None = None):
     """Runs whose hypotheses corrupt each reference word with a probability that varies by
     arm and by run; each run took 100 + 20 s."""
     rng = random.Random(0)
@@ -50,6 +53,7 @@ def _pilot(tmp_path, seeds_per_arm: dict[str, int]):
         eval_overrides={},
         parallel=1,
         baseline=next(iter(seeds_per_arm)),
+        aa_variant=aa_variant,
     )
     return sweep, runs, hyps, refs
 
@@ -64,9 +68,23 @@ def test_the_pilot_pools_each_arms_between_seed_variance_by_its_degrees_of_freed
     }
     expected = (2 * variances["base"] + 2 * variances["a"] + variances["b"]) / 5
     assert pilot.seed_variance == pytest.approx(expected, rel=1e-9)
+    assert pilot.seed_df == 5
     assert pilot.run_seconds == pytest.approx(120.0)
     assert pilot.arms == 3 and pilot.comparisons == 2
     assert pilot.tau2 >= 0.0
+
+
+def test_the_pilots_test_set_variance_leaves_the_aa_arm_out(tmp_path):
+    # The A/A arm is the baseline again: its test-set term is about zero by design, so in
+    # the median it would pull tau^2 down. With one variant, tau^2 is that variant's.
+    sweep, runs, _, _ = _pilot(tmp_path, {"base": 3, "a": 3, "base_aa": 3}, aa_variant="base_aa")
+    pilot = planning.read_pilot(sweep, runs)
+    arms = arm_scores_by_variant(sweep, runs)
+    own = seed_significance.test_set_variance(arms["base"][0], arms["a"][0])
+    assert pilot.tau2 == pytest.approx(own) and pilot.comparisons == 1
+    assert pilot.seed_variance == pytest.approx(
+        seed_significance.pooled_seed_variance([a for a, _ in arms.values()])
+    )  # the A/A arm's runs still count towards the seed variance
 
 
 def test_the_plan_names_the_seeds_a_gap_needs_and_the_mdd_by_seeds(tmp_path):
@@ -79,6 +97,9 @@ def test_the_plan_names_the_seeds_a_gap_needs_and_the_mdd_by_seeds(tmp_path):
     assert f"(Holm, alpha 0.0167): {holm} (" in lines[2] and holm > needed
     five = next(line for line in lines if line.startswith("| 5 |"))
     mdd = seed_significance.planned_minimum_detectable(5, 0.25, 0.0)
+    # A pilot's variance on few degrees of freedom asks for more seeds than a known one.
+    rough = dataclasses.replace(pilot, seed_df=4)
+    assert int(planning.plan_lines(rough, 0.5)[1].split(": ")[1].split()[0]) > needed
     assert five.startswith(f"| 5 | {mdd:.2f} |") and five.endswith(
         f"| 20 | {20 * 180 / 3600:.1f} |"
     )

@@ -3,6 +3,7 @@
     transformer-sweep --config configs/sweeps/architecture.py --workdir runs/sweep \
         [--only VARIANT ...] [--dry_run] [--report_only] [--parallel N] [--retry_failed]
         [--references FILE] [--readme README.md [--section NAME]]
+        [--reproduce N [--reproduce_seed S] [--scratch DIR]] [--plan GAP]
 
 The sweep config's fields and the files it writes: transformer/research/sweep/__init__.py.
 """
@@ -28,6 +29,7 @@ from transformer.research.sweep import (
     readme_block,
     write_report,
 )
+from transformer.research.sweep.lifecycle import INTERRUPTED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,6 +83,16 @@ def _parser() -> argparse.ArgumentParser:
         help="read the finished runs in --workdir as a pilot and print the seeds per arm that "
         "detect a true gap of GAP BLEU with 80%% power, and the study's cost; runs nothing",
     )
+    parser.add_argument(
+        "--reproduce",
+        type=int,
+        metavar="N",
+        help="retrain N finished reported runs, drawn at random (--reproduce_seed) over the "
+        "arms, from their recorded configs into --scratch and report whether each matches "
+        "its recorded figures; exit 1 where one differs on the same code and machine",
+    )
+    parser.add_argument("--reproduce_seed", type=int, default=0, help="draws --reproduce's runs")
+    parser.add_argument("--scratch", help="where --reproduce retrains (default: WORKDIR/reproduce)")
     return parser
 
 
@@ -102,9 +114,15 @@ def _print_plan(sweep: Sweep, runs: list[Run]) -> None:
         print("(the learning-rate search plans further runs as these finish)")
 
 
+# Exit status on Ctrl-C, as a shell reports a command that SIGINT ended (128 + 2).
+INTERRUPTED_STATUS = 130
+RAY_LOG = "ray.log"  # Ray's own log lines, in the sweep directory
+
+
 def _executor(args: argparse.Namespace):
     """What runs a round of runs, with `execute`'s signature: `execute` itself (local), or
-    `execute_on_ray` with the --ray_* flags, where the cluster sets how many run at once."""
+    `execute_on_ray` with the --ray_* flags, where the cluster sets how many run at once and
+    Ray's own log lines go to WORKDIR/ray.log."""
     if args.executor == "local":
         return execute
     from transformer.research.sweep.ray_execution import execute_on_ray
@@ -118,10 +136,18 @@ def _executor(args: argparse.Namespace):
             gpus_per_run=args.gpus_per_run,
             retry_failed=retry_failed,
             poll_s=poll_s,
+            log_path=os.path.join(args.workdir, RAY_LOG),
             out=out,
         )
 
     return on_ray
+
+
+def _pace(args: argparse.Namespace, parallel: int) -> str:
+    """How many runs go at once: the sweep's number locally, the cluster's resources on Ray."""
+    if args.executor == "local":
+        return f"{parallel} at a time"
+    return "as many at once as the Ray cluster's free resources allow"
 
 
 def _run_sweep(args: argparse.Namespace, sweep: Sweep, parallel: int) -> list[Run]:
@@ -133,7 +159,7 @@ def _run_sweep(args: argparse.Namespace, sweep: Sweep, parallel: int) -> list[Ru
     planned: set[str] = set()
     while {r.workdir for r in runs} != planned:
         planned = {r.workdir for r in runs}
-        header = f"sweep {args.config}: {len(runs)} run(s), {parallel} at a time"
+        header = f"sweep {args.config}: {len(runs)} run(s), {_pace(args, parallel)}"
         print(f"{header} -> {args.workdir}", flush=True)
         # The last round's counts cover every planned run, earlier rounds' included.
         totals = _executor(args)(
@@ -152,6 +178,26 @@ def _print_study_plan(sweep: Sweep, runs: list[Run], gap: float) -> None:
     if gap <= 0:
         raise UserError(f"--plan takes a positive gap in BLEU points, got {gap:g}")
     print("\n".join(planning.plan_lines(planning.read_pilot(sweep, runs), gap)), flush=True)
+
+
+def _reproduce(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> int:
+    """--reproduce N: reruns N reported runs from their recorded configs, compares them with
+    the recorded figures (research/sweep/reproduce.py); 1 where one is not reproducible."""
+    from transformer.research.sweep import reproduce
+
+    chosen = reproduce.choose(
+        reproduce.reported_runs(sweep, runs), args.reproduce, args.reproduce_seed
+    )
+    scratch = args.scratch or os.path.join(args.workdir, reproduce.SCRATCH)
+    reruns = [reproduce.rerun_of(run, args.workdir, scratch) for run in chosen]
+    print(f"reproduce: {len(reruns)} run(s) of {args.workdir} -> {scratch}", flush=True)
+    _executor(args)(reruns, parallel=args.parallel or sweep.parallel, poll_s=args.poll_s)
+    comparisons = [reproduce.compare(run, rerun) for run, rerun in zip(chosen, reruns, strict=True)]
+    command = f"transformer-sweep --config {args.config} --workdir {args.workdir} " + (
+        f"--reproduce {args.reproduce} --reproduce_seed {args.reproduce_seed}"
+    )
+    print(reproduce.write(comparisons, sweep, scratch, command), flush=True)
+    return 1 if any(c.failed for c in comparisons) else 0
 
 
 def _update_readme(args: argparse.Namespace) -> None:
@@ -195,12 +241,19 @@ def main(argv: list[str] | None = None) -> int:
         runs = plan_runs(sweep, args.workdir, args.only)
         if args.plan is not None:
             _print_study_plan(sweep, runs, args.plan)
+        elif args.reproduce is not None:
+            return _reproduce(args, sweep, runs)
         elif args.dry_run:
             _print_plan(sweep, runs)
         else:
             _run_and_report(args, sweep, runs)
     except UserError as e:
         return report_user_error(e)
+    except KeyboardInterrupt:
+        # The executors have stopped the runs in flight (each train.py checkpoints on
+        # SIGTERM), so the one thing left to say is how to go on.
+        print(INTERRUPTED, file=sys.stderr, flush=True)
+        return INTERRUPTED_STATUS
     return 0
 
 

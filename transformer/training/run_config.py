@@ -184,6 +184,12 @@ def load(workdir: str) -> ml_collections.ConfigDict:
             f"{path} not found: {workdir} is not a training workdir; train first with "
             f"python train.py --config CONFIG --workdir {workdir}"
         )
+    return load_file(path)
+
+
+def load_file(path: str) -> ml_collections.ConfigDict:
+    """A config saved as JSON by `save` (a run's config.json, or a copy of it), fields
+    added since filled as the run that saved it trained."""
     with open(path) as f:
         values = json.load(f)
     config = _base()

@@ -31,10 +31,12 @@ A sweep config is a Python file whose `get_config()` returns a dict (or a Config
                   compute-matched arms, V resized to the baseline's parameter count or FLOPs
                   per token within 1% (research/sweep/matching.py), listed after V
   lr_grid         {'scales': [0.5, 1.0, 2.0], 'variants': [...], 'min_scale': 1/16,
-                  'max_scale': 16, 'tune_seeds': 'first' | 'all'}: each variant (default all)
-                  searched over multiples of its learning rate, the grid widened while its
-                  best point is at an edge (up to the caps), on its first seed (or every
-                  seed), and reported at the point with the lowest final validation loss;
+                  'max_scale': 16, 'tune_seeds': [999] | 'first' | 'all'}: each variant
+                  (default all) searched over multiples of its learning rate, the grid
+                  widened while its best point is at an edge (up to the caps), on tuning
+                  seeds of its own (default [999], none of them compared; or its first
+                  compared seed, or every seed), and reported at the point with the lowest
+                  final validation loss;
                   variants left out are untuned and marked so (research/sweep/lr_grid.py)
 
 Each run trains in its own subprocess (`python -m transformer.cli.train --config BASE

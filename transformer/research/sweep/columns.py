@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from transformer.research.sweep import lr_grid
 from transformer.research.sweep.spec import Sweep
+from transformer.scoring.seed_significance import ALPHA, POWER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,14 +128,47 @@ def _seed_aware_delta(row: dict, context: Context) -> str:
 
 
 def _seed_aware_p(row: dict, context: Context) -> str:
-    """'0.004 (0.012) *': p, Holm's p, * where significant after Holm; the A/A arm's p alone
-    (it is a check, outside Holm's family)."""
+    """'0.004 (0.012) *': p, Holm's p, * where the sign is claimed after Holm; the A/A arm's p
+    alone (it is a check, outside Holm's family)."""
     if row["bleu_p"] is None:
         return ""
     if row["bleu_p_holm"] is None:
         return f"{row['bleu_p']:.3f} (A/A)"
     star = " *" if row["bleu_significant"] else ""
     return f"{row['bleu_p']:.3f} ({row['bleu_p_holm']:.3f}){star}"
+
+
+def _family_size(context: Context) -> int:
+    return sum(r["bleu_p_holm"] is not None for r in context.table)
+
+
+def _p_header(context: Context) -> str:
+    return f"p (Holm over {_family_size(context)} variants)"
+
+
+def _simultaneous(row: dict, context: Context) -> str:
+    """'[-1.10, +0.40]', or where the sign is claimed the interval open at 0: '(0, +1.90]'."""
+    low, high = row["bleu_delta_simultaneous_low"], row["bleu_delta_simultaneous_high"]
+    if low is None:
+        return ""
+    if row["bleu_significant"]:
+        return f"(0, {high:+.2f}]" if row["bleu_delta"] > 0 else f"[{low:+.2f}, 0)"
+    return f"[{low:+.2f}, {high:+.2f}]"
+
+
+def _mdd(row: dict, context: Context) -> str:
+    """'0.89 / 1.31': at p < 0.05, then at Holm's first step (the A/A arm: the first only)."""
+    if row["bleu_mdd"] is None:
+        return ""
+    strict = row["bleu_mdd_holm"]
+    return f"{row['bleu_mdd']:.2f}" + ("" if strict is None else f" / {strict:.2f}")
+
+
+def _mdd_header(context: Context) -> str:
+    sds = (r["bleu_pooled_seed_sd"] for r in context.table if r["bleu_pooled_seed_sd"] is not None)
+    sd = next(sds, None)
+    title = f"MDD {POWER:.0%} (p < {ALPHA:g} / *)"
+    return title + (f", pooled seed sd {sd:.2f}" if sd is not None else "")
 
 
 def _sentence_delta(row: dict, context: Context) -> str:
@@ -209,13 +243,21 @@ TABLE: list[Column] = [
     Column("bleu_tci"),
     Column("chrf_mean", "chrF"),
     # BLEU against the baseline by the seed-aware test (versus_baseline.py) ...
-    Column("bleu_delta", "ΔBLEU vs baseline, seeds + test set [95% CI]", _seed_aware_delta),
+    Column(
+        "bleu_delta",
+        f"ΔBLEU vs baseline, seeds + test set [unadjusted {1 - ALPHA:.0%} CI]",
+        _seed_aware_delta,
+    ),
     Column("bleu_delta_low"),
     Column("bleu_delta_high"),
-    Column("bleu_p", "p (Holm)", _seed_aware_p),
+    Column("bleu_p", _p_header, _seed_aware_p),
     Column("bleu_p_holm"),
     Column("bleu_significant"),
-    Column("bleu_mdd", "MDD 80%"),
+    Column("bleu_delta_simultaneous_low", f"simultaneous {1 - ALPHA:.0%} CI (Holm)", _simultaneous),
+    Column("bleu_delta_simultaneous_high"),
+    Column("bleu_mdd", _mdd_header, _mdd),
+    Column("bleu_mdd_holm"),
+    Column("bleu_pooled_seed_sd"),
     Column("bleu_df"),
     Column("bleu_test_set_se"),
     # ... and by sacreBLEU's paired bootstrap over the pooled seeds (test-set noise only).
@@ -230,7 +272,11 @@ TABLE: list[Column] = [
     Column("chrf_p"),
     Column("chrf_p_holm"),
     Column("chrf_significant"),
+    Column("chrf_delta_simultaneous_low"),
+    Column("chrf_delta_simultaneous_high"),
     Column("chrf_mdd"),
+    Column("chrf_mdd_holm"),
+    Column("chrf_pooled_seed_sd"),
     Column("chrf_df"),
     Column("chrf_test_set_se"),
     Column("chrf_sentence_delta"),
@@ -267,6 +313,7 @@ TABLE: list[Column] = [
 RUNS: list[Column] = [
     Column("variant"),
     Column("seed"),
+    Column("role"),
     Column("lr_scale"),
     Column("learning_rate"),
     Column("reported"),

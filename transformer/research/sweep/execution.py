@@ -11,12 +11,7 @@ import subprocess
 import sys
 import time
 
-from transformer.research.sweep.lifecycle import (
-    INTERRUPTED,
-    RunJob,
-    new_counts,
-    runs_to_start,
-)
+from transformer.research.sweep.lifecycle import RunJob, new_counts, runs_to_start
 from transformer.research.sweep.runs import Run
 
 DEFAULT_POLL_S = 5.0
@@ -99,7 +94,10 @@ def _run_jobs(
                 active.remove((job, slot))
                 free.append(slot)
     except KeyboardInterrupt:
+        # Every job is asked to stop before any is waited for: each train.py checkpoints at
+        # the same time. The caller says how to resume (the CLI: one line, exit status 130).
+        for job, _ in active:
+            job.terminate()
         for job, _ in active:
             job.kill()
-        print(INTERRUPTED, file=out, flush=True)
         raise

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from transformer.common.metrics_file import METRICS_FILE
 from transformer.research.sweep.runs import (
     Run,
     classify_failure,
@@ -27,6 +28,7 @@ from transformer.research.sweep.runs import (
 
 INTERRUPTED = "interrupted: rerun the same command to resume"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+CHECKPOINTS = "checkpoints"  # train.py's Orbax directory in the run directory
 
 
 def new_counts() -> dict[str, int]:
@@ -55,6 +57,12 @@ def runs_to_start(runs: list[Run], retry_failed: bool, counts: dict, report) -> 
         else:
             pending.append((i, run))
     return pending
+
+
+def was_trained(run: Run) -> bool:
+    """Whether its training ended with the overrides it has now (it goes on with eval)."""
+    status = read_status(run)
+    return bool(status.get("trained")) and status.get("overrides") == run.overrides
 
 
 def _failed_before(run: Run, status: dict) -> bool:
@@ -87,15 +95,14 @@ class RunJob:
         self.started = 0.0
         self.last_step = None
         self.last_print = 0.0
+        self.stale_metrics = None  # metrics.jsonl as an earlier attempt left it (_start)
 
     def say(self, message: str) -> None:
         self.report(f"[{self.index}/{self.total}] {self.run.label}: {message}")
 
     def begin(self) -> None:
         """Starts at evaluation when these overrides were already trained, else at training."""
-        status = read_status(self.run)
-        trained = status.get("trained") and status.get("overrides") == self.run.overrides
-        self._start("eval" if trained else "train")
+        self._start("eval" if was_trained(self.run) else "train")
 
     def step(self, poll_s: float) -> str | None:
         """Checks the current phase: the run's outcome ('done', 'failed' or 'diverged') once
@@ -104,9 +111,15 @@ class RunJob:
             return None
         return self._advance()
 
-    def kill(self) -> None:
+    def terminate(self) -> None:
+        """Asks the phase's subprocess to stop: train.py checkpoints on SIGTERM and exits."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # train.py checkpoints on SIGTERM and exits
+            self.proc.terminate()
+
+    def kill(self) -> None:
+        """Stops the phase's subprocess: SIGTERM, then SIGKILL after 60 s."""
+        self.terminate()
+        if self.proc is not None:
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -115,6 +128,12 @@ class RunJob:
     def _start(self, phase: str) -> None:
         run = self.run
         os.makedirs(run.workdir, exist_ok=True)
+        # Read before train.py starts, which resumes from this checkpoint.
+        resume = checkpoint_step(run.workdir) if phase == "train" else None
+        if resume is not None:
+            # Until train.py has resumed, metrics.jsonl may hold the interrupted attempt's
+            # steps after the checkpoint; resuming rewrites it (a new file) without them.
+            self.stale_metrics = _file_id(os.path.join(run.workdir, METRICS_FILE))
         # Built here, so argv[0] is this process's interpreter (a Ray worker's on its node).
         cmd = run.train_command() if phase == "train" else run.eval_command()
         self.phase = phase
@@ -131,14 +150,18 @@ class RunJob:
         )
         self.started = time.time()
         self.last_print = self.started
-        if phase == "train":
-            write_status(run, status="training", trained=False, num_steps=run.num_steps)
-            step = last_train_step(run.workdir)
-            resumed = f" (resuming after step {step})" if step else ""
+        self._announce(log_path, resume)
+
+    def _announce(self, log_path: str, resume: int | None) -> None:
+        """Records and says the phase that started: training (from which checkpoint) or
+        evaluation."""
+        if self.phase == "train":
+            write_status(self.run, status="training", trained=False, num_steps=self.run.num_steps)
+            resumed = "" if resume is None else f" (resuming from its checkpoint at step {resume})"
             self.say(f"training{resumed} (log: {log_path})")
         else:
-            write_status(run, status="evaluating")
-            self.say(f"evaluating on {run.eval_split}")
+            write_status(self.run, status="evaluating")
+            self.say(f"evaluating on {self.run.eval_split}")
 
     def _poll(self, poll_s: float) -> bool:
         """True when the current phase's subprocess has ended; reports training progress."""
@@ -154,6 +177,9 @@ class RunJob:
 
     def _report_step(self) -> None:
         """Says the latest logged training step, once per new step."""
+        metrics = os.path.join(self.run.workdir, METRICS_FILE)
+        if self.stale_metrics is not None and _file_id(metrics) == self.stale_metrics:
+            return
         step = last_train_step(self.run.workdir)
         if step is not None and step != self.last_step:
             self.last_step = step
@@ -195,6 +221,27 @@ class RunJob:
         write_status(self.run, status=outcome, phase=self.phase, returncode=rc, error=error)
         self.say(f"{outcome.upper()} in {self.phase} (exit {rc}): {error}")
         return outcome
+
+
+def checkpoint_step(workdir: str) -> int | None:
+    """The step of the run's newest complete checkpoint, where train.py resumes (the log may
+    have gone further). Orbax writes a checkpoint under a temporary name and renames it to its
+    step when complete; damaged ones set aside are `<step>.unreadable`: both are left out."""
+    try:
+        names = os.listdir(os.path.join(workdir, CHECKPOINTS))
+    except OSError:
+        return None
+    return max((int(n) for n in names if n.isdigit()), default=None)
+
+
+def _file_id(path: str) -> tuple | None:
+    """Which file `path` is (device and inode), None when there is none: a file replaced by
+    an atomic rewrite is another file."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _preexec():

@@ -3,19 +3,24 @@ multiples of its own learning rate, the grid widens while its best point is at a
 the variant is reported at the point with the lowest validation loss.
 
 A sweep config's ``'lr_grid': {'scales': [0.5, 1.0, 2.0], 'variants': [...], 'min_scale':
-1/16, 'max_scale': 16, 'tune_seeds': 'first'}`` multiplies each listed variant's
+1/16, 'max_scale': 16, 'tune_seeds': [999]}`` multiplies each listed variant's
 train.learning_rate (after the sweep's and the variant's overrides) by each scale. Variants
 default to all (the A/A arm included); a variant left out runs at its configured rate only,
 and the table marks it untuned. Scale 1 is the variant's ordinary run in
 DIR/<variant>/<seed>; the others run in DIR/<variant>/lr_x<scale>/<seed>.
 
-The search: the grid's points run on the tuning seeds ('first': the variant's first seed;
-'all': every seed at every point). Once every point has finished, a best point at the
-grid's largest scale adds the next one up (the largest times the grid's ratio), at its
-smallest the next one down, until the best point is interior or the next point would pass
-max_scale / min_scale (the cap: a choice there is flagged 'top'/'bottom' in the table, never
-reported silently). Then, with 'first', the remaining seeds run at the chosen scale only: a
-one-seed screen of the rates, the seeds' budget spent where the variant is reported.
+The search: the grid's points run on the tuning seeds. By default these are seeds of their own,
+disjoint from the compared ones (a list, default [999]; the A/A arm's are each + 1000), so that
+every compared run is a fresh draw at the chosen rate: a run that won the selection on
+validation loss is never one of the runs the variant is compared with (its luck in the draw
+would otherwise count for the variant). 'first' (the variant's first compared seed) and 'all'
+(every compared seed at every point) tune on compared runs instead; the table says so. Once
+every point has finished, a best point at the grid's largest scale adds the next one up (the
+largest times the grid's ratio), at its smallest the next one down, until the best point is
+interior or the next point would pass max_scale / min_scale (the cap: a choice there is
+flagged 'top'/'bottom' in the table, never reported silently). Then the compared seeds that
+are not tuning seeds run at the chosen scale only: the seeds' budget is spent where the
+variant is reported.
 
 Selection uses the validation split only: a grid point's score is its final validation loss
 (the eval row at the last step, i.e. of the checkpoint eval.py then scores) averaged over its
@@ -39,7 +44,8 @@ from transformer.common.errors import UserError
 MIN_POINTS, MAX_POINTS = 3, 5
 SPACING_TOLERANCE = 1e-6  # relative, on consecutive ratios
 DEFAULT_MIN_SCALE, DEFAULT_MAX_SCALE = 1 / 16, 16.0  # the widening's cap
-TUNE_SEEDS = ("first", "all")
+TUNE_MODES = ("first", "all")  # tuning on compared seeds; a list of seeds tunes on its own
+DEFAULT_TUNE_SEEDS = (999,)  # disjoint from the usual compared seeds 0, 1, 2, ...
 FIELDS = {"scales", "variants", "min_scale", "max_scale", "tune_seeds"}
 
 
@@ -50,8 +56,8 @@ class LrGrid(Mapping):
     scales: dict[str, list[float]]
     min_scale: float = DEFAULT_MIN_SCALE
     max_scale: float = DEFAULT_MAX_SCALE
-    tune_seeds: str = "all"
-    first_seeds: dict[str, int] = dataclasses.field(default_factory=dict)  # 'first' only
+    tune_seeds: str = "all"  # 'own' (disjoint seeds), 'first' or 'all'
+    tuning_seeds: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # per variant
 
     def __getitem__(self, name: str) -> list[float]:
         return self.scales[name]
@@ -69,8 +75,20 @@ class LrGrid(Mapping):
         return first[1] / first[0]
 
     def tunes_on(self, name: str, seed: int) -> bool:
-        """Whether `seed` is one the variant's grid points run on."""
-        return self.tune_seeds == "all" or self.first_seeds.get(name) == seed
+        """Whether `seed` is one the variant's grid points run on (any seed of a plain
+        grid)."""
+        if name not in self.tuning_seeds:
+            return self.tune_seeds == "all"
+        return seed in self.tuning_seeds[name]
+
+    @property
+    def separate(self) -> bool:
+        """Whether the search runs on seeds of its own, none of them compared."""
+        return self.tune_seeds == "own"
+
+    def own_seeds(self, name: str) -> list[int]:
+        """The variant's tuning seeds that are not compared seeds ([] unless separate)."""
+        return list(self.tuning_seeds.get(name, [])) if self.separate else []
 
     @classmethod
     def of(cls, grid: Mapping[str, list[float]]) -> LrGrid:
@@ -88,33 +106,68 @@ def scale_label(scale: float) -> str:
 
 
 def check_lr_grid(
-    raw: Mapping, variants: Mapping, path: str, first_seeds: Mapping[str, int]
+    raw: Mapping, variants: Mapping, path: str, seeds: Mapping[str, list[int]], offsets=None
 ) -> LrGrid:
-    """The sweep config's lr_grid field (an empty grid when absent); `first_seeds` gives
-    each variant's first seed, its tuning seed under tune_seeds 'first'."""
+    """The sweep config's lr_grid field (an empty grid when absent). `seeds` gives each
+    variant's compared seeds; `offsets` what is added to a variant's own tuning seeds (the
+    A/A arm's shift, so that it repeats the baseline's procedure on fresh seeds)."""
     spec = raw.get("lr_grid")
     if not spec:
         return LrGrid(scales={})
     if not isinstance(spec, Mapping) or set(spec) - FIELDS or "scales" not in spec:
         raise UserError(
             f"{path}: lr_grid must be {{'scales': [...], 'variants': [...], 'min_scale': x, "
-            "'max_scale': x, 'tune_seeds': 'first' | 'all'}"
+            "'max_scale': x, 'tune_seeds': [seeds] | 'first' | 'all'}"
         )
     scales = _check_scales(spec["scales"], path)
     names = _grid_variants(spec, variants, path)
     low, high = _check_caps(spec, scales, path)
-    tune_seeds = spec.get("tune_seeds", "first")
-    if tune_seeds not in TUNE_SEEDS:
-        raise UserError(
-            f"{path}: lr_grid tune_seeds must be one of {TUNE_SEEDS}, got {tune_seeds!r}"
-        )
+    mode, own = _check_tune_seeds(spec.get("tune_seeds", list(DEFAULT_TUNE_SEEDS)), seeds, path)
+    offsets = offsets or {}
     return LrGrid(
         scales={name: scales for name in names},
         min_scale=low,
         max_scale=high,
-        tune_seeds=tune_seeds,
-        first_seeds={name: first_seeds[name] for name in names},
+        tune_seeds=mode,
+        tuning_seeds={
+            name: _tuning_seeds(mode, own, seeds[name], offsets.get(name, 0)) for name in names
+        },
     )
+
+
+def _check_tune_seeds(value, seeds: Mapping[str, list[int]], path: str) -> tuple[str, list[int]]:
+    """('own', the listed seeds) or ('first' | 'all', []); own seeds must be distinct ints
+    that no variant compares."""
+    if isinstance(value, str):
+        if value not in TUNE_MODES:
+            raise UserError(
+                f"{path}: lr_grid tune_seeds must be a list of seeds or one of {TUNE_MODES}, "
+                f"got {value!r}"
+            )
+        return value, []
+    try:
+        own = [int(s) for s in value]
+    except (TypeError, ValueError):
+        raise UserError(
+            f"{path}: lr_grid tune_seeds must be a list of ints, got {value!r}"
+        ) from None
+    if not own or len(set(own)) != len(own):
+        raise UserError(f"{path}: lr_grid tune_seeds must be distinct ints, got {value!r}")
+    compared = sorted({s for listed in seeds.values() for s in listed} & set(own))
+    if compared:
+        raise UserError(
+            f"{path}: lr_grid tune_seeds {compared} are also compared seeds; the search needs "
+            "seeds of its own (e.g. 'tune_seeds': [999]), or 'first' to tune on a compared one"
+        )
+    return "own", own
+
+
+def _tuning_seeds(mode: str, own: list[int], compared: list[int], offset: int) -> list[int]:
+    if mode == "first":
+        return compared[:1]
+    if mode == "all":
+        return list(compared)
+    return [s + offset for s in own]
 
 
 def _grid_variants(spec: Mapping, variants: Mapping, path: str) -> list[str]:
@@ -301,6 +354,24 @@ NOTE = (
     "shows another), so that one factor changes at a time. Grid table: `lr_grid.csv`; plot: "
     "`lr_valid_loss.png`."
 )
+
+
+def tuning_note(grid: LrGrid) -> str:
+    """Which seeds the search ran on, and whether the compared runs include them."""
+    grid = LrGrid.of(grid)
+    if grid.separate:
+        seeds = sorted({s for listed in grid.tuning_seeds.values() for s in listed})
+        return (
+            f"The search ran on seed(s) {seeds} of its own (an A/A arm's shifted as its "
+            "compared seeds are), none of them compared: every compared run is a fresh draw "
+            "at the chosen rate."
+        )
+    which = "each variant's first seed" if grid.tune_seeds == "first" else "every seed"
+    return (
+        f"The search ran on {which} (tune_seeds '{grid.tune_seeds}'), so the compared runs "
+        "include the run(s) that won the selection on validation loss: their luck in the draw "
+        "counts for the variant. Tune on seeds of their own (a list) to keep it out."
+    )
 
 
 def csv_rows(choices: Mapping[str, Choice]) -> list[dict]:

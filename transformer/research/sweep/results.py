@@ -17,6 +17,7 @@ from transformer.research.sweep.spec import Sweep, short_value
 from transformer.research.sweep.versus_baseline import versus_baseline
 from transformer.scoring.outliers import THRESHOLD as OUTLIER_THRESHOLD
 from transformer.scoring.outliers import outlier_runs
+from transformer.scoring.seed_significance import ALPHA, POWER
 from transformer.scoring.significance import t_interval
 
 
@@ -38,6 +39,7 @@ def _run_summary(run: Run) -> dict:
     return {
         "variant": run.variant,
         "seed": run.seed,
+        "role": run.role,
         "lr_scale": run.lr_scale,
         "learning_rate": run.learning_rate,
         "status": state,
@@ -54,7 +56,7 @@ def _run_summary(run: Run) -> dict:
         "flops_per_token": info.get("flops_per_token"),
         "tokens_per_s": statistics.median(tps) if tps else None,
         "wall_s": wall,
-        "error": status.get("error") if state in ("failed", "diverged") else None,
+        "error": status.get("error") if state in ("failed", "diverged", "lost") else None,
         "curve": curve,
         "length_buckets": record.get("length_buckets") if record else None,
     }
@@ -72,15 +74,18 @@ def _std(values):
 
 def _versus_values(comparison: dict | None) -> dict:
     """Both comparisons with the baseline, per metric: the seed-aware test's difference,
-    interval, p, Holm's p, significance, MDD, df and test-set SE; sacreBLEU's pooled paired
-    bootstrap's difference, interval and p (test-set noise only). None (the baseline, or no
-    finished baseline run to meet): the row leaves these columns empty."""
+    unadjusted interval, p, Holm's p, significance and simultaneous interval, MDDs, df and
+    test-set SE; sacreBLEU's pooled paired bootstrap's difference, interval and p (test-set
+    noise only). None (the baseline, or no finished baseline run to meet): the row leaves
+    these columns empty."""
     if comparison is None:
         return {}
     out = {"versus_baseline_lr_scale": comparison["baseline_scale"]}
     for metric in ("BLEU", "chrF"):
         key = metric.lower()
         out.update(_seed_aware_values(key, comparison, metric))
+        out.update(_family_values(key, comparison["family"][metric]))
+        out.update(_detectable_values(key, comparison["detectable"][metric]))
         out.update(_sentence_values(key, comparison["pooled"][metric]))
     return out
 
@@ -94,11 +99,30 @@ def _seed_aware_values(key: str, comparison: dict, metric: str) -> dict:
         f"{key}_delta_low": d.interval[0],
         f"{key}_delta_high": d.interval[1],
         f"{key}_p": d.p_value,
-        f"{key}_p_holm": comparison["holm"][metric],
-        f"{key}_significant": comparison["significant"][metric],
-        f"{key}_mdd": d.minimum_detectable,
         f"{key}_df": d.df,
         f"{key}_test_set_se": d.test_set_se,
+    }
+
+
+def _family_values(key: str, decision) -> dict:
+    """Holm's decision within the family (None: the A/A arm, or no seed-aware test)."""
+    if decision is None:
+        return {}
+    return {
+        f"{key}_p_holm": decision.adjusted_p,
+        f"{key}_significant": decision.significant,
+        f"{key}_delta_simultaneous_low": decision.interval[0],
+        f"{key}_delta_simultaneous_high": decision.interval[1],
+    }
+
+
+def _detectable_values(key: str, detectable) -> dict:
+    if detectable is None:
+        return {}
+    return {
+        f"{key}_mdd": detectable.per_comparison,
+        f"{key}_mdd_holm": detectable.holm,
+        f"{key}_pooled_seed_sd": detectable.pooled_seed_sd,
     }
 
 
@@ -162,8 +186,9 @@ def aggregate(sweep: Sweep, runs: list[Run]) -> tuple[list[dict], list[dict]]:
     per_run = [_run_summary(r) for r in runs]
     choices = lr_grid.choose(sweep.lr_grid, per_run)
     scales = {name: c.scale for name, c in choices.items()}  # variants without a grid: 1.0
-    for r in per_run:  # the runs at each variant's chosen learning rate make its table row
-        r["reported"] = r["lr_scale"] == scales.get(r["variant"], 1.0)
+    for r in per_run:  # the compared runs at each variant's chosen rate make its table row
+        chosen = r["lr_scale"] == scales.get(r["variant"], 1.0)
+        r["reported"] = chosen and r["role"] == "compared"
     comparisons = versus_baseline(sweep, runs, scales, _reference_scales(sweep, choices))
     _per_seed_versus(per_run, comparisons)
     flagged = _flag_outliers(per_run)
@@ -315,29 +340,45 @@ def _write_markdown(sweep: Sweep, table, per_run, choices, workdir: str, mixed) 
     context = columns.Context(sweep=sweep, table=table)
     lines = _markdown_intro(sweep) + [""] + columns.markdown(columns.TABLE, table, context)
     lines += lr_grid.markdown(choices) + _markdown_notes(per_run, mixed)
-    lines += [lr_grid.NOTE if choices else UNTUNED_NOTE, ""]
+    lines += [f"{lr_grid.NOTE} {lr_grid.tuning_note(sweep.lr_grid)}" if choices else UNTUNED_NOTE]
+    lines += [""]
     if sweep.eval_score_references:
         lines += [PERPLEXITY_NOTE.format(split=sweep.eval_split), ""]
     with open(os.path.join(workdir, "results.md"), "w") as f:
         f.write("\n".join(lines))
 
 
+_CONFIDENCE = f"{1 - ALPHA:.0%}"
 COLUMNS_NOTE = (
-    "BLEU ± is the half-width of the 95% Student t interval over seeds; seed sd is the "
-    "between-run standard deviation of test BLEU (none for one seed). ΔBLEU vs baseline, seeds "
-    "+ test set, is the seed-aware test (scoring/seed_significance.py): the difference of the "
-    "arms' mean run BLEU with its 95% interval from Welch's t over the runs plus the test "
-    "set's own sampling noise, and p its two-sided p-value, in brackets after Holm's "
-    "correction over the variants; * marks p < 0.05 after the correction (chrF's in "
-    "results.csv). The A/A arm (if any) is the baseline again under seeds disjoint from the "
-    "sweep's: it is outside Holm's family, and a valid test calls it significant 5% of the "
-    "time. '1 seed': an arm with one run has no seed-aware test. MDD 80% is the true "
-    "difference that comparison detects with 80% probability at p < 0.05. ΔBLEU, test set "
-    "only, is sacreBLEU's paired bootstrap (1,000 resamples, seed 12345) on the paired runs' "
-    "hypotheses concatenated, with its p: it keeps the runs fixed, so it measures the test "
-    "set's sampling noise only and is no test of the variant. Params and MFLOPs/token "
-    "(analytic forward FLOPs per target token at the training batch's shape) are the "
-    "training log's. Best valid loss is the lowest validation loss (NLL) of each run, "
+    f"BLEU ± is the half-width of the {_CONFIDENCE} Student t interval over seeds; seed sd is "
+    "the between-run standard deviation of test BLEU (none for one seed). ΔBLEU vs baseline, "
+    "seeds + test set, is the seed-aware test (scoring/seed_significance.py): the difference "
+    f"of the arms' mean run BLEU with its unadjusted {_CONFIDENCE} interval (this comparison "
+    "alone, no allowance for the others) from Welch's t over the runs plus the test set's own "
+    "sampling noise. p is its two-sided p-value; in brackets, Holm's adjusted p of the claim "
+    "that the gap has the estimate's sign. The family is the m variants' BLEU comparisons "
+    "(Holm's procedure over their 2m one-sided hypotheses, m in the header); chrF's, in "
+    "results.csv, are a family of their own, so BLEU's and chrF's stars read together may "
+    f"hold a false claim with probability up to 2 x {ALPHA:g}. * marks an adjusted p < "
+    f"{ALPHA:g}: the sign is claimed, and the family's claims are all right together with "
+    f"probability at least {_CONFIDENCE}. The simultaneous {_CONFIDENCE} CI (Holm) are the "
+    "intervals compatible with those claims (Strassburger & Bretz 2008): the family's "
+    f"intervals cover all their true gaps together with probability at least {_CONFIDENCE}, "
+    "and one leaves out 0 exactly where * is; a starred gap's is open at 0 and bounds it on "
+    "the far side only. The A/A arm (if any) is the baseline again under seeds disjoint from "
+    "the sweep's: it is outside Holm's family, and a valid test gives it p < "
+    f"{ALPHA:g} {ALPHA:.0%} of the time. '1 seed': an arm with one run has no seed-aware test. "
+    f"MDD {POWER:.0%} is the true gap that comparison detects with probability {POWER:g}: at "
+    f"p < {ALPHA:g} (where the unadjusted interval leaves out 0), then starred whatever the "
+    f"other comparisons show (Holm's first step, p < {ALPHA:g} / m). Both assume the two arms' "
+    "runs vary like the study's: the between-run variance is pooled over every compared arm "
+    "(each arm's sample variance weighted by its runs - 1; its sd in the header), the "
+    "uncertainty of that estimate is averaged in, and the comparison's own test-set term "
+    "added. ΔBLEU, test set only, is sacreBLEU's paired bootstrap (1,000 resamples, seed "
+    "12345) on the paired runs' hypotheses concatenated, with its p: it keeps the runs fixed, "
+    "so it measures the test set's sampling noise only and is no test of the variant. Params "
+    "and MFLOPs/token (analytic forward FLOPs per target token at the training batch's shape) "
+    "are the training log's. Best valid loss is the lowest validation loss (NLL) of each run, "
     "averaged over seeds; train tok/s is the median of the logged training rows (source + "
     "target tokens), averaged over seeds."
 )

@@ -39,11 +39,18 @@ class Run:
     lr_scale: float = 1.0  # a point of the variant's learning-rate grid (lr_grid.py)
     learning_rate: float | None = None  # train.learning_rate as resolved for this run
     eval_score_references: bool = False
+    compared: bool = True  # False: a run of the learning-rate search's own seeds only
 
     @property
     def label(self) -> str:
         lr = "" if self.lr_scale == 1.0 else f" lr={scale_label(self.lr_scale)}"
-        return f"variant={self.variant}{lr} seed={self.seed}"
+        tuning = "" if self.compared else " (lr search)"
+        return f"variant={self.variant}{lr} seed={self.seed}{tuning}"
+
+    @property
+    def role(self) -> str:
+        """'compared', or 'tuning' for a run of the search's own seeds (runs.csv)."""
+        return "compared" if self.compared else "tuning"
 
     def train_command(self) -> list[str]:
         args = [
@@ -89,7 +96,7 @@ def flag_value(value) -> str:
 
 def plan_runs(sweep: Sweep, workdir: str, only: list[str] | None = None) -> list[Run]:
     """The runs the sweep needs now. Grid variants add points as their learning-rate search
-    widens, and (tune_seeds 'first') their other seeds once the search has chosen, so the
+    widens, and their compared seeds (those not tuned on) once the search has chosen, so the
     plan grows as runs finish: plan again after executing it until it stops growing."""
     if only:
         missing = [v for v in only if v not in sweep.variants]
@@ -98,12 +105,15 @@ def plan_runs(sweep: Sweep, workdir: str, only: list[str] | None = None) -> list
     base_path = sweep.base_file or sweep.base
     names = [name for name in sweep.variants if not only or name in only]
     searches = {name: _search(sweep, workdir, base_path, name) for name in names}
+    seeds = {name: sweep.lr_grid.own_seeds(name) + sweep.seeds_of(name) for name in names}
     runs = []
-    # Seed-major order: a sweep stopped half-way has every variant's first seed.
-    for index, name in itertools.product(range(len(sweep.seeds)), names):
-        seed = sweep.seeds_of(name)[index]
-        for scale in _scales_at(sweep, name, seed, searches[name]):
-            runs.append(_plan_run(sweep, workdir, base_path, name, seed, scale))
+    # Seed-major order, the search's own seeds first (the compared ones wait for its choice):
+    # a sweep stopped half-way has every variant's first seeds.
+    for index, name in itertools.product(range(max(map(len, seeds.values()))), names):
+        if index < len(seeds[name]):
+            seed = seeds[name][index]
+            for scale in _scales_at(sweep, name, seed, searches[name]):
+                runs.append(_plan_run(sweep, workdir, base_path, name, seed, scale))
     return runs
 
 
@@ -124,7 +134,7 @@ def _search(sweep: Sweep, workdir: str, base_path: str, name: str):
     grid = sweep.lr_grid
     if name not in grid:
         return None
-    seeds = [s for s in sweep.seeds_of(name) if grid.tunes_on(name, s)]
+    seeds = grid.tuning_seeds[name]
     scales = list(grid[name])
     while True:
         rows = [
@@ -192,6 +202,7 @@ def _plan_run(
         lr_scale=scale,
         learning_rate=learning_rate,
         eval_score_references=sweep.eval_score_references,
+        compared=seed in sweep.seeds_of(name),
     )
     _resolve_run_config(run)
     return run

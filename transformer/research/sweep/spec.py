@@ -272,15 +272,17 @@ def _check_disjoint_seeds(seeds: list[int], variant_seeds: dict, path: str) -> N
 
 
 def _grid_with_aa(
-    raw: Mapping, variants: dict, path: str, first_seeds: dict, baseline: str, aa_name: str | None
+    raw: Mapping, variants: dict, path: str, seeds: dict, baseline: str, aa_name: str | None
 ) -> LrGrid:
     """The lr_grid, the A/A arm tuned wherever the baseline is: it repeats the baseline's
-    whole procedure, its learning-rate search included."""
+    whole procedure, its learning-rate search included, on tuning seeds shifted as its
+    compared seeds are. `seeds`: {variant: its compared seeds}."""
     spec = raw.get("lr_grid")
     listed = spec.get("variants") if isinstance(spec, Mapping) else None
     if listed and aa_name and baseline in listed and aa_name not in listed:
         raw = {**raw, "lr_grid": {**spec, "variants": [*listed, aa_name]}}
-    return check_lr_grid(raw, variants, path, first_seeds)
+    offsets = {aa_name: AA_SEED_OFFSET} if aa_name else {}
+    return check_lr_grid(raw, variants, path, seeds, offsets)
 
 
 def load_sweep(path: str) -> Sweep:
@@ -298,7 +300,7 @@ def load_sweep(path: str) -> Sweep:
     variants = _with_matched(raw, variants, base, overrides, baseline)
     variants, variant_seeds = _with_aa_arm(raw, variants, baseline, seeds, path)
     _check_disjoint_seeds(seeds, variant_seeds, path)
-    first_seeds = {name: variant_seeds.get(name, seeds)[0] for name in variants}
+    compared = {name: variant_seeds.get(name, seeds) for name in variants}
     aa_name = next(iter(variant_seeds), None)
     return Sweep(
         path=path,
@@ -312,7 +314,7 @@ def load_sweep(path: str) -> Sweep:
         eval_longer_than=longer_than,
         base_file=base_path,
         baseline=baseline,
-        lr_grid=_grid_with_aa(raw, variants, path, first_seeds, baseline, aa_name),
+        lr_grid=_grid_with_aa(raw, variants, path, compared, baseline, aa_name),
         eval_score_references=_check_flag(raw, "eval_score_references", path),
         aa_variant=aa_name,
         variant_seeds=variant_seeds,

@@ -3,10 +3,12 @@
 - The seed-aware test (`scoring.seed_significance`): Welch's t test on the runs' corpus
   scores, every finished run of each arm, with the test set's own sampling noise added (a
   bootstrap over sentences, every run resampled alike). Its null holds the noise of drawing
-  other training runs, so it is the test the table's significance rests on. Its p-values are
-  Holm-corrected over the variants (BLEU and chrF separately; the A/A arm, a check rather
-  than a finding, stays out of the family): `significant` marks the differences that stay
-  below 0.05 after the correction. It needs two runs in each arm.
+  other training runs, so it is the test the table's significance rests on. It needs two
+  runs in each arm. The variants form one family per metric (BLEU and chrF separately; the
+  A/A arm, a check rather than a finding, stays out): Holm's procedure on their directional
+  claims decides which signs are claimed (`significant`) and gives simultaneous intervals
+  that leave out 0 exactly there. Each comparison's minimum detectable differences come from
+  the seed variance pooled over the study's arms, not from its own few seeds.
 - sacreBLEU's paired bootstrap (`scoring.significance.paired_bootstrap`, 1,000 resamples,
   seeded) on the hypotheses of paired runs concatenated (runs of the same seed, or, where
   the arms share no seed as the A/A arm does, the i-th seed of each): test-set noise only.
@@ -21,6 +23,8 @@ meets the baseline at its configured rate (scale 1), so that one factor changes 
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 from collections.abc import Mapping
 
@@ -31,16 +35,18 @@ from transformer.research.sweep.spec import Sweep
 from transformer.scoring import metrics as metrics_lib
 from transformer.scoring import seed_significance, significance
 
-ALPHA = 0.05
-
 
 def _texts(run: Run, kind: str) -> list[str]:
     return metrics_lib.read_lines(os.path.join(run.workdir, "eval", f"{run.eval_split}.{kind}.txt"))
 
 
 def _finished(runs: list[Run], variant: str, scale: float) -> dict[int, Run]:
+    """{seed: run} of the variant's finished compared runs at `scale` (the learning-rate
+    search's own seeds stay out: their runs were selected, not drawn)."""
     return {
-        r.seed: r for r in runs if r.variant == variant and r.lr_scale == scale and is_finished(r)
+        r.seed: r
+        for r in runs
+        if r.variant == variant and r.lr_scale == scale and r.compared and is_finished(r)
     }
 
 
@@ -128,19 +134,61 @@ def _arms(sweep: Sweep, runs: list[Run], scales, reference_scales) -> dict[str, 
     return out
 
 
+def _family(sweep: Sweep, out: dict, metric: str) -> dict:
+    """{variant: SeedAwareDifference} of Holm's family for `metric`: every variant with a
+    seed-aware test but the A/A arm (a check of the noise, not a finding)."""
+    return {
+        name: r["seed_aware"][metric]
+        for name, r in out.items()
+        if r["seed_aware"][metric] is not None and name != sweep.aa_variant
+    }
+
+
 def _holm(sweep: Sweep, out: dict) -> None:
-    """Holm over the variants' seed-aware p-values, per metric; the A/A arm is left out."""
+    """Per metric (BLEU and chrF are separate families), Holm's procedure on the variants'
+    directional claims and its simultaneous intervals (seed_significance.holm_directional)."""
     for metric in significance.METRICS:
-        p_values = {
-            name: r["seed_aware"][metric].p_value
-            for name, r in out.items()
-            if r["seed_aware"][metric] is not None and name != sweep.aa_variant
-        }
-        adjusted = significance.holm(p_values)
+        decisions = seed_significance.holm_directional(_family(sweep, out, metric))
         for name, r in out.items():
-            p = adjusted.get(name)
-            r.setdefault("holm", {})[metric] = p
-            r.setdefault("significant", {})[metric] = None if p is None else p < ALPHA
+            r.setdefault("family", {})[metric] = decisions.get(name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Detectable:
+    """A comparison's minimum detectable differences (80% power) from the study's pooled
+    seed variance: one comparison's own variances, from a few seeds, would make them noise."""
+
+    pooled_seed_sd: float  # sqrt of the between-run variance pooled over the study's arms
+    per_comparison: float  # at alpha: where the unadjusted interval leaves out 0
+    holm: float | None  # at alpha / m, Holm's first step: starred whatever the others show
+
+
+def _detectable(sweep: Sweep, cache: _ArmCache, out: dict) -> None:
+    """Per metric, each comparison's MDDs. The seed variance is pooled over every arm the
+    study compares (each weighted by its runs - 1) and its estimate's degrees of freedom go
+    into the MDD (seed_significance.minimum_detectable); tau^2 is the comparison's own."""
+    for metric in significance.METRICS:
+        arms = [scores[metric] for scores in cache.arms.values()]
+        pooled = (
+            seed_significance.pooled_seed_variance(arms),
+            seed_significance.pooled_seed_df(arms),
+        )
+        first_step = seed_significance.ALPHA / max(1, len(_family(sweep, out, metric)))
+        for name, r in out.items():
+            d = r["seed_aware"][metric]
+            strict = None if name == sweep.aa_variant else first_step
+            found = None if d is None else _mdds(d, *pooled, strict)
+            r.setdefault("detectable", {})[metric] = found
+
+
+def _mdds(
+    d: seed_significance.SeedAwareDifference, variance: float, df: int, strict: float | None
+) -> Detectable:
+    """The comparison's MDDs at alpha and (outside the A/A arm) at the `strict` alpha."""
+    sizes = (d.baseline_runs, d.system_runs, variance, d.test_set_se**2)
+    mdd = seed_significance.minimum_detectable(*sizes, seed_significance.ALPHA, df)
+    holm = None if strict is None else seed_significance.minimum_detectable(*sizes, strict, df)
+    return Detectable(math.sqrt(variance), mdd, holm)
 
 
 def versus_baseline(
@@ -150,11 +198,12 @@ def versus_baseline(
     reference_scales: Mapping[str, float],
 ) -> dict[str, dict]:
     """{variant: {'pairs', 'per_seed': {seed: {metric: PairedDifference}}, 'pooled': {...},
-    'seed_aware': {metric: SeedAwareDifference | None}, 'holm': {metric: adjusted p | None},
-    'significant': {metric: bool | None}, 'baseline_scale'}} for the variants other than the
-    baseline that have a finished run and a finished baseline run to meet. `scales[v]` is
-    the learning-rate scale variant v is reported at; `reference_scales[v]` the baseline's
-    scale it is compared with (1.0 where absent)."""
+    'seed_aware': {metric: SeedAwareDifference | None}, 'family': {metric: FamilyDecision |
+    None (the A/A arm, or no seed-aware test)}, 'detectable': {metric: Detectable | None},
+    'baseline_scale'}} for the variants other than the baseline that have a finished run and
+    a finished baseline run to meet. `scales[v]` is the learning-rate scale variant v is
+    reported at; `reference_scales[v]` the baseline's scale it is compared with (1.0 where
+    absent)."""
     arms = _arms(sweep, runs, scales, reference_scales)
     if not arms:
         return {}
@@ -165,6 +214,7 @@ def versus_baseline(
         out[name] = _compare(cache, baseline, variant, references)
         out[name]["baseline_scale"] = baseline[0][1]
     _holm(sweep, out)
+    _detectable(sweep, cache, out)
     return out
 
 
