@@ -10,8 +10,9 @@ modules (the package sits beside `transformer`, not inside the installed wheel):
 
 The other modules are their parts: `common` (figure lines, timing, the busy-machine rule),
 `throughput_train`, `throughput_pipeline` and `throughput_decode` (the parts of
-`throughput`) and `ctranslate2_weights` (one of our runs as a CTranslate2 model; a run as a
-MarianMTModel is `transformer.interop.marian`). `experiments/`
+`throughput`), `ctranslate2_weights` (one of our runs as a CTranslate2 model; a run as a
+MarianMTModel is `transformer.interop.marian`) and `checkpoint_checksums` (what a
+checkpoint's checksum manifest adds to a save and a restore). `experiments/`
 holds one-off studies (product shapes, A/B runs of decode settings, profiles) with what
 each concluded in its README; recorded figures are in `results/`.
 """

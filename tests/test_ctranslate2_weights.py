@@ -1,10 +1,11 @@
 """benchmarks/ctranslate2_weights.py (over transformer/interop/ctranslate2_model.py): a
 CTranslate2 model holding exactly our weights.
 
-Tiny random Post-LN models whose every parameter is moved away from its init, so a transposed,
-unfused or misplaced weight cannot pass: CTranslate2's own scoring of forced targets equals
-our teacher-forced log-probabilities to 1e-5, its greedy search emits the ids our Translator's
-compiled greedy search emits, and its int8 model holds one byte per weight.
+Tiny random models (Post-LN and Pre-LN, LayerNorm and RMSNorm) whose every parameter is moved
+away from its init, so a transposed, unfused or misplaced weight cannot pass: CTranslate2's own
+scoring of forced targets equals our teacher-forced log-probabilities to 1e-5, its greedy
+search emits the ids our Translator's compiled greedy search emits, and its int8 model holds
+one byte per weight.
 """
 
 from __future__ import annotations
@@ -40,11 +41,29 @@ def converted(tmp_path, cfg, params, quantization="float32"):
     ),
 )
 def test_forced_target_scores_equal_our_log_probabilities(tmp_path, activation, output_bias):
+    cfg = post_ln_config(activation=activation, output_bias=output_bias)
+    assert_scores_equal(tmp_path, cfg)
+
+
+@pytest.mark.parametrize(
+    "norm_position, norm_type",
+    fast_subset(
+        [("pre", "layernorm"), ("pre", "rmsnorm"), ("post", "rmsnorm")], [("pre", "layernorm")]
+    ),
+)
+def test_pre_ln_and_rmsnorm_scores_equal_our_log_probabilities(tmp_path, norm_position, norm_type):
+    """Pre-LN (the main job's blocks, with the final encoder and decoder norms) and RMSNorm,
+    which Marian cannot express, go to CTranslate2 through its own spec."""
+    cfg = post_ln_config(norm_position=norm_position, norm_type=norm_type, activation="gelu")
+    assert_scores_equal(tmp_path, cfg)
+
+
+def assert_scores_equal(tmp_path, cfg) -> None:
+    """CTranslate2's scores of forced targets equal our teacher-forced log-probabilities."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
 
-    cfg = post_ln_config(activation=activation, output_bias=output_bias)
     graphdef, params = random_model(cfg)
     rng = np.random.default_rng(0)
     src_lengths, tgt_lengths = [9, 5, 3, 7], [7, 4, 6, 2]
@@ -65,19 +84,26 @@ def test_forced_target_scores_equal_our_log_probabilities(tmp_path, activation, 
         np.testing.assert_allclose(theirs[r].log_probs, expected, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("activation", fast_subset(["relu", "gelu"], ["relu"]))
-def test_greedy_ids_equal_our_translator(tmp_path, activation):
+# (activation, norm_position, model seeds): seeds whose random models end some rows by EOS
+# and run others to the limit.
+GREEDY_CASES = [("relu", "post", (0, 3)), ("gelu", "post", (0, 3)), ("relu", "pre", (0, 7))]
+
+
+@pytest.mark.parametrize(
+    "activation, norm_position, seeds", fast_subset(GREEDY_CASES, GREEDY_CASES[::2])
+)
+def test_greedy_ids_equal_our_translator(tmp_path, activation, norm_position, seeds):
     """Every row may emit 10 tokens (max_len_a = 0), EOS forced at the 10th."""
     from transformer.inference.translator import DecodeSettings, Translator
 
-    cfg = post_ln_config(activation=activation)
+    cfg = post_ln_config(activation=activation, norm_position=norm_position)
     settings = DecodeSettings(strategy="greedy", max_len_a=0.0, max_len_b=10, batch_size=4)
     rng = np.random.default_rng(1)
     lengths = [6, 3, 9, 4, 7, 2]
     src = padded_rows(rng, lengths, end=EOS_ID)
     id_lists = [row[:n].tolist() for row, n in zip(src, lengths, strict=True)]
     emitted = []
-    for seed in (0, 3):
+    for seed in seeds:
         graphdef, params = random_model(cfg, seed=seed)
         ours, _ = Translator(graphdef, cfg, settings, None, None).translate_ids(params, id_lists)
         results = converted(tmp_path / str(seed), cfg, params).translate_batch(
@@ -103,8 +129,8 @@ def test_int8_model_stores_a_byte_per_weight_and_translates(tmp_path):
 
 
 def test_configs_ctranslate2_cannot_hold_are_refused_by_name(tmp_path):
-    cfg = post_ln_config(norm_position="pre")
-    with pytest.raises(UserError, match="model.norm_position='pre'"):
+    cfg = post_ln_config(position="rope")
+    with pytest.raises(UserError, match="model.position='rope'.*model.position='sinusoidal'"):
         ct2w.save_ctranslate2(cfg, random_model(cfg)[1], str(tmp_path / "m"))
     with pytest.raises(ValueError, match="quantization='int4'"):
         ct2w.save_ctranslate2(post_ln_config(), None, str(tmp_path / "m"), "int4")

@@ -1,5 +1,6 @@
 """Fault injection on real `python train.py` processes: kill -9 (also mid-save), SIGTERM,
-a non-finite loss, an unwritable workdir, a full disk and checkpoints damaged on disk.
+a non-finite loss, an unwritable workdir, a full disk and checkpoints damaged on disk (found
+by train.py, eval.py, decode.py, averaging, ensembles, export and transformer-verify).
 
 Every run uses `tests.helpers.tiny_config()` passed as `--config.*` overrides on
 configs/default.py, so what is tested is the command line a user runs. Each process start
@@ -24,6 +25,11 @@ import pytest
 
 from tests.helpers import ROOT, fast_subset, run, tiny_args
 from tests.test_bad_inputs import copy_run
+from tests.test_checkpoint_manifest import (
+    change_recorded_checksum,
+    flip_middle_byte,
+    make_pre_manifest,
+)
 from tests.test_training_concepts import orbax_params
 from transformer.common.metrics_file import read_metrics
 from transformer.training.checkpoint import Checkpointer
@@ -335,6 +341,8 @@ def test_non_finite_loss_stops_with_one_line_and_a_good_checkpoint(tmp_path):
     match = re.search(r"at step (\d+); the last good checkpoint is step (\d+) in (\S+);", line)
     bad_step, good_step, directory = int(match.group(1)), int(match.group(2)), match.group(3)
     assert bad_step in (11, 12) and good_step == 10, line  # lr 1e30 applies from step 11
+    # configs/default.py is Pre-LN already: Pre-LN is not suggested to it
+    assert line.endswith("; lower train.learning_rate or add warmup, then rerun to resume"), line
     assert directory == os.path.join(os.path.abspath(workdir), "checkpoints")
     assert complete_steps(workdir) == [10]
     state = restore(workdir, good_step)
@@ -451,17 +459,26 @@ def _write(path, text):
         f.write(text)
 
 
+def _damage(change, run, step, name=None) -> str:
+    """change(path) on checkpoint `step`'s file `name` (default: its largest array file);
+    returns that file's path inside the step directory, as the errors name it."""
+    step_dir = os.path.join(run, "checkpoints", str(step))
+    path = os.path.join(step_dir, name) if name else array_files(run, step)[0]
+    change(path)
+    return os.path.relpath(path, step_dir)
+
+
 # How a finished checkpoint gets damaged on disk after its save (each only its largest array
-# file, or one metadata file): a file cut short, deleted, overwritten with noise.
+# file, or one metadata file): one byte flipped in the middle (same size), a file cut short,
+# deleted, overwritten with noise. Each returns the damaged file's path in the step.
 DAMAGE = {
-    "array_file_truncated": lambda run, step: _truncate(array_files(run, step)[0]),
-    "array_file_deleted": lambda run, step: os.remove(array_files(run, step)[0]),
-    "array_file_garbled": lambda run, step: _garble(array_files(run, step)[0]),
-    "array_metadata_deleted": lambda run, step: os.remove(
-        os.path.join(run, "checkpoints", str(step), "state", "_METADATA")
-    ),
-    "run_metadata_garbled": lambda run, step: _write(
-        os.path.join(run, "checkpoints", str(step), "meta", "metadata"), "{"
+    "array_file_byte_flipped": lambda run, step: _damage(flip_middle_byte, run, step),
+    "array_file_truncated": lambda run, step: _damage(_truncate, run, step),
+    "array_file_deleted": lambda run, step: _damage(os.remove, run, step),
+    "array_file_garbled": lambda run, step: _damage(_garble, run, step),
+    "array_metadata_deleted": lambda run, step: _damage(os.remove, run, step, "state/_METADATA"),
+    "run_metadata_garbled": lambda run, step: _damage(
+        lambda path: _write(path, "{"), run, step, "meta/metadata"
     ),
 }
 RESUME_ARGS = tiny_args(**{**FAULT_RUN, "train__num_steps": 30, "train__keep_checkpoints": 2})
@@ -471,14 +488,15 @@ WARNING = re.compile(
 )
 
 
-@pytest.mark.parametrize("damage", fast_subset(DAMAGE, ["array_file_truncated"]))
+@pytest.mark.parametrize("damage", fast_subset(DAMAGE, ["array_file_byte_flipped"]))
 def test_a_damaged_latest_checkpoint_resumes_from_the_one_before(trained_run, tmp_path, damage):
     """Checkpoint 20 of a finished run damaged on disk: train.py to step 30 warns in one line
-    that 20 is unreadable and moved aside, resumes from 10 (recomputing step 20 bitwise as the
-    undamaged run did), saves a new 20 and 30 past it, and retention (keep 2) ignores the
-    damaged directory."""
+    that 20 is unreadable, naming the damaged file, and moved aside, resumes from 10
+    (recomputing step 20 bitwise as the undamaged run did), saves a new 20 and 30 past it, and
+    retention (keep 2) ignores the damaged directory. A flipped byte is found by the
+    checkpoint's manifest: the file keeps its size and may well decode."""
     workdir = copy_run(trained_run, tmp_path)
-    DAMAGE[damage](workdir, 20)
+    name = DAMAGE[damage](workdir, 20)
     damaged = sorted(os.listdir(os.path.join(workdir, "checkpoints", "20")))
 
     proc = Train(workdir, RESUME_ARGS)
@@ -486,6 +504,7 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_one_before(trained_run, tm
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     warnings = [line for line in proc.stdout.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and WARNING.fullmatch(warnings[0]), warnings
+    assert WARNING.fullmatch(warnings[0]).group("why").startswith(f"{name} "), warnings
     moved = WARNING.fullmatch(warnings[0]).group("moved")
     assert moved == os.path.join(os.path.abspath(workdir), "checkpoints", "20.unreadable")
     assert sorted(os.listdir(moved)) == damaged  # kept as it was, for inspection
@@ -548,6 +567,124 @@ def test_eval_and_decode_name_an_unreadable_checkpoint(trained_run, tmp_path, sc
         proc = run([*args, "--checkpoint=10"])
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert json.load(open(os.path.join(workdir, "eval", "test.json")))["step"] == 10
+
+
+# Commands that restore parameters, each on a copy of the trained run with one byte flipped
+# in the middle of the largest array file of the checkpoint it reads: the arguments
+# ({damaged}: that copy, {intact}: another), the damaged step, the flag the error offers to
+# pick another and the steps it offers.
+CHECKPOINT_FLAG = "--checkpoint=STEP"
+READERS = {
+    "eval": (["eval.py", "--workdir", "{damaged}"], 20, CHECKPOINT_FLAG, [10]),
+    "decode": (["decode.py", "--workdir", "{damaged}"], 20, CHECKPOINT_FLAG, [10]),
+    "average": (
+        ["eval.py", "--workdir", "{damaged}", "--average_last=2"],
+        10,
+        CHECKPOINT_FLAG,
+        [20],
+    ),
+    "ensemble": (
+        ["decode.py", "--workdir", "{intact}", "--ensemble", "{damaged}:20"],
+        20,
+        "--ensemble {damaged}:STEP",
+        [10],
+    ),
+}
+
+
+@pytest.mark.parametrize("reader", fast_subset(READERS, ["eval"]))
+def test_eval_decode_averaging_and_ensembles_name_a_flipped_byte(trained_run, tmp_path, reader):
+    """One flipped byte (the file's size unchanged) stops eval.py, decode.py, checkpoint
+    averaging and an ensemble member with one line naming the step and the file, exit 2."""
+    template, step, pick, others = READERS[reader]
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "intact").mkdir()
+    damaged = copy_run(trained_run, tmp_path / "damaged")
+    intact = copy_run(trained_run, tmp_path / "intact")
+    name = DAMAGE["array_file_byte_flipped"](damaged, step)
+    args = [a.format(damaged=damaged, intact=intact) for a in template]
+    if args[0] == "decode.py":
+        (tmp_path / "in.txt").write_text("the dog sleeps\n")
+        args += ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
+    proc = run(args)
+    checkpoints = re.escape(os.path.join(os.path.abspath(damaged), "checkpoints"))
+    assert_one_line_error(
+        proc.returncode,
+        proc.stderr,
+        rf"^error: checkpoint {step} in {checkpoints} is unreadable \({re.escape(name)} does "
+        rf"not match its checksum\); pick another with "
+        rf"{re.escape(pick.format(damaged=damaged))}, one of {re.escape(str(others))}$",
+    )
+
+
+def test_export_names_a_flipped_byte(trained_run, tmp_path):
+    """transformer-interop export-marian reads the parameters through load_run_weights: the
+    same one-line error (the CLI prints it and exits 2)."""
+    from transformer.interop.runs import load_run_weights
+    from transformer.training.checkpoint import UnreadableCheckpoint
+
+    workdir = copy_run(trained_run, tmp_path)
+    name = DAMAGE["array_file_byte_flipped"](workdir, 20)
+    with pytest.raises(UnreadableCheckpoint, match=r"^checkpoint 20 in .* is unreadable") as e:
+        load_run_weights(workdir, "latest")
+    assert e.value.reason == f"{name} does not match its checksum"
+
+
+NO_MANIFEST_LINE = "no manifest (saved before checksums were recorded; not verified)"
+# transformer-verify on a copy of the trained run damaged so: (damage(run) -> the file it
+# names, the exit status, the lines printed with {name} the file).
+VERIFY_CASES = {
+    "intact": (lambda run: "", 0, ["step 10: OK", "step 20: OK"]),
+    "byte_flipped": (
+        lambda run: DAMAGE["array_file_byte_flipped"](run, 20),
+        1,
+        ["step 10: OK", "step 20: damaged ({name} does not match its checksum)"],
+    ),
+    "manifest_changed": (
+        lambda run: change_recorded_checksum(os.path.join(run, "checkpoints", "10")),
+        1,
+        ["step 10: damaged (checksums.json does not match its own checksum)", "step 20: OK"],
+    ),
+    "manifest_deleted": (
+        lambda run: os.remove(os.path.join(run, "checkpoints", "20", "checksums.json")),
+        1,
+        ["step 10: OK", "step 20: damaged (checksums.json is missing)"],
+    ),
+    "saved_before_manifests": (
+        lambda run: make_pre_manifest(os.path.join(run, "checkpoints", "20")),
+        0,
+        ["step 10: OK", f"step 20: {NO_MANIFEST_LINE}"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", VERIFY_CASES)
+def test_transformer_verify_names_each_checkpoints_state(trained_run, tmp_path, case):
+    damage, status, lines = VERIFY_CASES[case]
+    workdir = copy_run(trained_run, tmp_path)
+    name = damage(workdir)
+    proc = run(["-m", "transformer.cli.verify", workdir])
+    assert proc.returncode == status, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [line.format(name=name) for line in lines]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_transformer_verify_on_a_directory_without_checkpoints_is_a_one_line_error(tmp_path):
+    proc = run(["-m", "transformer.cli.verify", str(tmp_path)])
+    assert_one_line_error(proc.returncode, proc.stderr, r"^error: no checkpoints in ")
+
+
+def test_a_run_saved_before_manifests_still_evaluates(trained_run, tmp_path):
+    """Checkpoints without a manifest (saved before manifests were written) restore as
+    before: eval.py exits 0 and says once that the files were not checked."""
+    workdir = copy_run(trained_run, tmp_path)
+    for step in (10, 20):
+        make_pre_manifest(os.path.join(workdir, "checkpoints", str(step)))
+    proc = run(["eval.py", "--workdir", workdir, "--average_last=2"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note: checkpoint")]
+    assert len(notes) == 1 and "saved before checksums were recorded" in notes[0], notes
+    assert json.load(open(os.path.join(workdir, "eval", "test.json")))["step"] == 20
 
 
 def test_orphaned_reads_of_a_damaged_checkpoint_are_dropped_and_nothing_else():

@@ -382,6 +382,68 @@ def test_a_missing_optional_package_names_the_extra(imported, tmp_path, monkeypa
     assert not out.exists()  # refused before writing anything
 
 
+def test_an_imported_run_names_its_vocabulary_relative_to_itself_and_moves(imported, tmp_path):
+    """config.json says vocab/*.model; the run moved away from where it was imported (the
+    old place gone) loads the same tokenizers and parameters from its new place, and so
+    does a run that stored absolute paths there, as imports did before."""
+    with open(os.path.join(imported, "config.json")) as f:
+        assert json.load(f)["data"]["vocab_path"] == "vocab/source.model,vocab/target.model"
+    original = runs.load_run_weights(imported)
+    first, final = tmp_path / "first", tmp_path / "elsewhere" / "run"
+    shutil.copytree(imported, first)
+    shutil.move(first, final)
+    for vocab_path in (None, f"{first}/vocab/source.model,{first}/vocab/target.model"):
+        if vocab_path:
+            _set_vocab_path(final, vocab_path)
+        moved = runs.load_run_weights(str(final))
+        for side in ("source", "target"):
+            tokenizer = getattr(moved, f"{side}_tokenizer")
+            assert tokenizer.path == str(final / "vocab" / f"{side}.model")
+            assert tokenizer.fingerprint == getattr(original, f"{side}_tokenizer").fingerprint
+        np.testing.assert_array_equal(
+            moved.params["src_embed"]["embedding"][...],
+            original.params["src_embed"]["embedding"][...],
+        )
+
+
+def _set_vocab_path(run_dir, vocab_path: str) -> None:
+    path = os.path.join(run_dir, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["data"]["vocab_path"] = vocab_path
+    with open(path, "w") as f:
+        json.dump(config, f)
+
+
+def test_a_failed_import_closes_its_checkpointer_and_leaves_nothing(
+    marian_dir, tmp_path, monkeypatch, capsys
+):
+    """A checkpoint that cannot be saved (a full disk): one line, the checkpoint manager
+    closed, nothing left in --workdir, and the same --workdir takes the import again."""
+    closed = []
+    close = runs.Checkpointer.close
+
+    def recorded_close(self):
+        closed.append(self.directory)
+        close(self)
+
+    def failing_save(self, step, *args):
+        raise UserError(f"cannot save checkpoint {step} in {self.directory} (No space left)")
+
+    monkeypatch.setattr(runs.Checkpointer, "close", recorded_close)
+    monkeypatch.setattr(runs.Checkpointer, "save", failing_save)
+    workdir = tmp_path / "run"
+    argv = ["import-marian", marian_dir, "--workdir", str(workdir)]
+    code, err = _cli(argv, capsys)
+    assert code == 2 and err.count("\n") == 0 and "No space left" in err
+    assert closed == [str(workdir / "checkpoints")]
+    assert not workdir.exists()
+    monkeypatch.undo()
+    code, err = _cli(argv, capsys)
+    assert code == 0, err
+    assert sorted(os.listdir(workdir)) == ["checkpoints", "config.json", "vocab"]
+
+
 # ---------------------------------------------------------------- the run's commands
 
 

@@ -30,6 +30,7 @@ SCRIPTS = [
     "transformer-analyze",
     "transformer-report",
     "transformer-interop",
+    "transformer-verify",
 ]
 
 

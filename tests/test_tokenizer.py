@@ -12,6 +12,7 @@ from transformer.data.tokenizer import (
     UNK_ID,
     Tokenizer,
     build_tokenizers,
+    resolve_vocab_path,
 )
 from transformer.training.base_config import get_base_config
 
@@ -110,6 +111,26 @@ def test_vocab_path(tmp_path):
     assert not (tmp_path / "w" / "vocab").exists()
     with pytest.raises(UserError, match="does not exist"):
         build_tokenizers(_data_config(vocab_path=str(tmp_path / "nope.model")), 300, "w", None)
+
+
+def test_relative_vocab_paths_name_the_runs_files(tmp_path, monkeypatch):
+    """A relative data.vocab_path names the run directory's file (imported runs store theirs
+    so); one the run lacks stays relative to the current directory; an absolute path that
+    is gone below a vocab/ directory falls back to the run's own vocab/ file."""
+    run = tmp_path / "run"
+    tok = Tokenizer.train(EN + DE, str(run / "vocab" / "source.model"), 300)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert resolve_vocab_path("vocab/source.model", str(run)) == tok.path
+    assert resolve_vocab_path("other.model", str(run)) == "other.model"
+    gone = str(tmp_path / "old_place" / "vocab" / "source.model")
+    assert resolve_vocab_path(gone, str(run)) == tok.path
+    assert resolve_vocab_path(str(tmp_path / "x" / "source.model"), str(run)).startswith(
+        str(tmp_path / "x")
+    )
+    config = _data_config(vocab_path="vocab/source.model,vocab/source.model")
+    src, tgt = build_tokenizers(config, 300, str(run), None)
+    assert src.path == tgt.path == tok.path
 
 
 def test_foreign_special_ids_rejected(tmp_path):

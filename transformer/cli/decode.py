@@ -5,7 +5,7 @@
         [--config.decode.temperature=T --config.decode.top_k=K --config.decode.top_p=P
          --config.decode.beam_size=N --config.decode.length_penalty=A
          --config.decode.num_samples=S --config.decode.seed=SEED ...]
-        [--with_prefix | --with_constraints]
+        [--with_prefix | --with_constraints] [--strict_vocab]
         [--ensemble DIR[:STEP],...]
 
 An empty input line gives an empty output line; the same seed gives byte-identical output.
@@ -13,7 +13,9 @@ With n_best > 1 (beam) or num_samples > 1 (sample) each input gives that many li
 tab-separated as `index<TAB>score<TAB>text`. With --with_prefix each input line is
 `source<TAB>prefix` and every translation of it starts with the prefix (a line without a tab
 has none); with --with_constraints each is `source<TAB>phrase<TAB>phrase...` and every
-translation of it holds every phrase (beam search).
+translation of it holds every phrase (beam search). A prefix or phrase with characters the
+target vocabulary lacks (they would become <unk>) is a warning naming the line and the
+characters; with --strict_vocab it is a one-line error.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ flags.DEFINE_bool(
     "Input lines are SOURCE<TAB>PHRASE<TAB>PHRASE...: every translation holds every PHRASE "
     "(beam search with lexical constraints).",
 )
+flags.DEFINE_bool(
+    "strict_vocab",
+    False,
+    "A prefix or constraint phrase with characters outside the target vocabulary is an error "
+    "naming the line, not a warning (they would become <unk>).",
+)
 flags.DEFINE_list(
     "ensemble",
     [],
@@ -72,6 +80,7 @@ def _main(argv):
         FLAGS.output,
         with_prefix=FLAGS.with_prefix,
         with_constraints=FLAGS.with_constraints,
+        strict_vocab=FLAGS.strict_vocab,
     )
     message = f"translated {stats['lines']} lines"
     if stats["truncated"]:

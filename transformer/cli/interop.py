@@ -3,10 +3,13 @@
     transformer-interop import-marian SRC_DIR --workdir RUN [--source_lang en --target_lang de]
     transformer-interop export-marian --workdir RUN OUT_DIR [--checkpoint latest]
         [--ctranslate2 OUT2 [--quantization float32|int8|...]]
+    transformer-interop export-ctranslate2 --workdir RUN OUT_DIR [--checkpoint latest]
+        [--quantization float32|int8|...]
 
 import-marian reads a MarianMTModel saved with save_pretrained (model and tokenizer) and
 writes a run directory that eval.py, decode.py and train.py use; export-marian writes a run
-as such a directory, and as a CTranslate2 model with --ctranslate2. What is mapped and why:
+as such a directory, and as a CTranslate2 model with --ctranslate2; export-ctranslate2
+writes the CTranslate2 model alone, for Pre-LN runs too. What is mapped and why:
 transformer/interop/runs.py and docs/interop.md.
 """
 
@@ -36,10 +39,19 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--workdir", required=True, help="the run directory to export")
     exp.add_argument("--checkpoint", default="latest", help="latest, best or a step")
     exp.add_argument("--ctranslate2", help="also write a CTranslate2 model directory here")
-    exp.add_argument(
+    _add_quantization(exp)
+    ct2 = commands.add_parser("export-ctranslate2", help="a run -> a CTranslate2 model directory")
+    ct2.add_argument("out_dir", help="directory to write the CTranslate2 model into")
+    ct2.add_argument("--workdir", required=True, help="the run directory to export")
+    ct2.add_argument("--checkpoint", default="latest", help="latest, best or a step")
+    _add_quantization(ct2)
+    return parser
+
+
+def _add_quantization(command) -> None:
+    command.add_argument(
         "--quantization", default="float32", help="CTranslate2 weight type (default float32)"
     )
-    return parser
 
 
 def _import(args) -> None:
@@ -67,12 +79,31 @@ def _export(args) -> None:
     print(f"exported checkpoint {result.step} of {args.workdir} to {written}", file=sys.stderr)
 
 
+def _export_ctranslate2(args) -> None:
+    from transformer.interop.runs import export_ctranslate2
+
+    result = export_ctranslate2(
+        args.workdir, args.out_dir, checkpoint=args.checkpoint, quantization=args.quantization
+    )
+    print(
+        f"exported checkpoint {result.step} of {args.workdir} to {result.ctranslate2_dir}",
+        file=sys.stderr,
+    )
+
+
+COMMANDS = {
+    "import-marian": _import,
+    "export-marian": _export,
+    "export-ctranslate2": _export_ctranslate2,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `transformer-interop` console script."""
     args = _parser().parse_args(argv)
     demote_routine_notices()
     try:
-        (_import if args.command == "import-marian" else _export)(args)
+        COMMANDS[args.command](args)
     except UserError as e:
         return report_user_error(e)
     return 0

@@ -34,7 +34,10 @@ class TextPairs(Sequence):
 
     Attributes:
       name: a description, e.g. ``'parallel_text:/data/corpus[valid] en->de'``.
-      fingerprint: a string that changes when the underlying data changes (cache key).
+      fingerprint: a string that changes when the underlying data changes (cache key); it
+        names the prepared dataset, never where it lies, so a copied run keeps its caches.
+      legacy_fingerprints: the keys older versions gave the same data (absolute paths), under
+        which a run's existing caches are still found.
       num_empty_skipped: line pairs skipped at preparation because a side was empty (local
         corpora; 0 for TFDS datasets, whose empty pairs the training pipeline drops).
     """
@@ -47,6 +50,7 @@ class TextPairs(Sequence):
         *,
         name: str,
         fingerprint: str,
+        legacy_fingerprints: Sequence[str] = (),
         num_empty_skipped: int = 0,
         line_key: str | None = None,
     ):
@@ -56,6 +60,7 @@ class TextPairs(Sequence):
         self._line_key = line_key
         self.name = name
         self.fingerprint = fingerprint
+        self.legacy_fingerprints = tuple(legacy_fingerprints)
         self.num_empty_skipped = num_empty_skipped
 
     def __len__(self) -> int:
@@ -202,12 +207,14 @@ def load_split(data_config, split: str, workdir: str | None) -> TextPairs:
                 "%s split %s: skipped %d line pairs with an empty side", path, resolved, empty
             )
         source = builder.as_data_source(split=resolved)
+        direction = f"{resolved}|{src_lang}->{tgt_lang}"
         return TextPairs(
             source,
             src_lang,
             tgt_lang,
             name=f"{data_config.name}:{os.path.abspath(path)}[{resolved}] {src_lang}->{tgt_lang}",
-            fingerprint=f"{builder.data_dir}|{resolved}|{src_lang}->{tgt_lang}",
+            fingerprint=f"{PARALLEL_TEXT}/{builder.builder_config.name}|{direction}",
+            legacy_fingerprints=[f"{builder.data_dir}|{direction}"],
             num_empty_skipped=int(empty),
             line_key="line",
         )
@@ -271,10 +278,12 @@ def _load_tfds_split(data_config, split, data_dir, src_lang, tgt_lang) -> TextPa
             )
     resolved = _resolve_split(split, list(builder.info.splits.keys()), f"TFDS dataset {name!r}")
     source = builder.as_data_source(split=resolved)
+    direction = f"{resolved}|{src_lang}->{tgt_lang}"
     return TextPairs(
         source,
         src_lang,
         tgt_lang,
         name=f"{name}[{resolved}] {src_lang}->{tgt_lang}",
-        fingerprint=f"{builder.data_dir}|{builder.info.version}|{resolved}|{src_lang}->{tgt_lang}",
+        fingerprint=f"{builder.info.full_name}|{direction}",
+        legacy_fingerprints=[f"{builder.data_dir}|{builder.info.version}|{direction}"],
     )

@@ -106,11 +106,14 @@ def tokenize_pairs(
 def tokenize_pairs_cached(
     pairs: TextPairs, src_tok: Tokenizer, tgt_tok: Tokenizer, cache_dir: str | None
 ) -> TokenizedPairs:
-    """`tokenize_pairs`, stored in ``cache_dir`` keyed by data and vocabulary fingerprints."""
+    """`tokenize_pairs`, stored in ``cache_dir`` keyed by data and vocabulary fingerprints.
+    A cache stored under one of the data's legacy fingerprints is renamed to the current key
+    (a run tokenized by an older version keeps its cache, and keeps it once moved)."""
     if not cache_dir or not hasattr(pairs, "fingerprint"):
         return tokenize_pairs(pairs, src_tok, tgt_tok)
-    key = "|".join((pairs.fingerprint, str(len(pairs)), src_tok.fingerprint, tgt_tok.fingerprint))
-    path = os.path.join(cache_dir, f"tokens-{hashlib.sha1(key.encode()).hexdigest()[:20]}.npz")
+    path = _cache_path(cache_dir, pairs.fingerprint, pairs, src_tok, tgt_tok)
+    for legacy in getattr(pairs, "legacy_fingerprints", ()):
+        _adopt(_cache_path(cache_dir, legacy, pairs, src_tok, tgt_tok), path)
     if os.path.isfile(path):
         try:
             with np.load(path) as z:
@@ -125,6 +128,22 @@ def tokenize_pairs_cached(
     )
     atomic_write(path, buf.getvalue())
     return tokens
+
+
+def _adopt(old: str, path: str) -> None:
+    """Renames the cache file `old` to `path` unless `path` exists (a process beside this
+    one may have renamed it first)."""
+    if os.path.isfile(path) or not os.path.isfile(old):
+        return
+    try:
+        os.replace(old, path)
+    except FileNotFoundError:
+        pass
+
+
+def _cache_path(cache_dir: str, fingerprint: str, pairs, src_tok, tgt_tok) -> str:
+    key = "|".join((fingerprint, str(len(pairs)), src_tok.fingerprint, tgt_tok.fingerprint))
+    return os.path.join(cache_dir, f"tokens-{hashlib.sha1(key.encode()).hexdigest()[:20]}.npz")
 
 
 def tokenize_sources(

@@ -176,6 +176,15 @@ class Tokenizer:
             return []
         return self._sp.encode(list(texts), num_threads=num_threads)
 
+    def unknown_characters(self, text: str) -> list[str]:
+        """The characters of ``text`` that the vocabulary lacks (each once, in order of
+        appearance): `tokenize` turns them into UNK, which detokenizes to no trace of them."""
+        if UNK_ID not in self._sp.encode(text):
+            return []
+        pieces = self._sp.encode(text, return_type="proto").pieces
+        surfaces = "".join(p.surface for p in pieces if p.id == UNK_ID)
+        return list(dict.fromkeys(c for c in surfaces if not c.isspace()))
+
     def nbest_tokenize(self, text: str, nbest_size: int) -> list[list[int]]:
         """The ``nbest_size`` most probable segmentations of ``text`` (unigram models)."""
         return self._sp.nbest_encode(text, nbest_size=nbest_size)
@@ -325,7 +334,9 @@ def build_tokenizers(
     """Returns ``(source_tokenizer, target_tokenizer)`` for a run.
 
     * ``data.vocab_path`` set: one ``.model`` path (used for both sides) or two paths
-      separated by a comma (``source.model,target.model``).
+      separated by a comma (``source.model,target.model``); a relative path names a file in
+      the run directory where one is there, else in the current directory
+      (`resolve_vocab_path`).
     * otherwise, ``data.shared_vocab=True`` (default): one model trained on the source and
       target text of the training split, saved as ``<workdir>/vocab/shared.model`` and
       returned as the same object for both sides; ``False``: ``source.model`` and
@@ -344,7 +355,7 @@ def build_tokenizers(
         called only if a vocabulary has to be trained.
     """
     if data_config.vocab_path:
-        return _load_vocab_paths(data_config.vocab_path)
+        return _load_vocab_paths(data_config.vocab_path, workdir)
     return _train_or_reuse(data_config, vocab_size, workdir, train_texts)
 
 
@@ -386,9 +397,9 @@ def _train_or_reuse(data_config, vocab_size, workdir, train_texts) -> tuple[Toke
     return src, tgt
 
 
-def _load_vocab_paths(vocab_path) -> tuple[Tokenizer, Tokenizer]:
+def _load_vocab_paths(vocab_path, workdir: str | None) -> tuple[Tokenizer, Tokenizer]:
     """``data.vocab_path``: one ``.model`` for both sides, or ``source.model,target.model``."""
-    paths = [p.strip() for p in str(vocab_path).split(",")]
+    paths = [resolve_vocab_path(p.strip(), workdir) for p in str(vocab_path).split(",")]
     if len(paths) == 1:
         tok = Tokenizer.load(paths[0])
         return tok, tok
@@ -398,6 +409,26 @@ def _load_vocab_paths(vocab_path) -> tuple[Tokenizer, Tokenizer]:
             "separated by a comma (source,target)"
         )
     return tuple(Tokenizer.load(p) for p in paths)
+
+
+def resolve_vocab_path(path: str, workdir: str | None) -> str:
+    """One ``data.vocab_path`` entry as a file. Relative: the run directory's file where it
+    exists (imported runs store ``vocab/source.model`` so, and then travel with their
+    vocabulary), else the current directory's. Absolute and gone, below a ``vocab/``
+    directory: the run's own ``vocab/`` file of that name (a run that stored absolute paths
+    and moved since; the checkpoint's tokenizer fingerprints still check it)."""
+    if not path or not workdir:
+        return path
+    path = os.path.expanduser(path)
+    run_dir = os.path.abspath(os.path.expanduser(workdir))
+    if not os.path.isabs(path):
+        inside = os.path.join(run_dir, path)
+        return inside if os.path.isfile(inside) else path
+    moved = os.path.join(run_dir, VOCAB_DIR, os.path.basename(path))
+    parent = os.path.basename(os.path.dirname(path))
+    if not os.path.isfile(path) and parent == VOCAB_DIR and os.path.isfile(moved):
+        return moved
+    return path
 
 
 def _sampled_texts(

@@ -13,6 +13,7 @@ from transformer.common.errors import UserError
 from transformer.evaluation.restore import RestoredRun, restore_run
 from transformer.inference.translator import Translator
 from transformer.model.ensemble import Ensemble
+from transformer.training.checkpoint import UnreadableCheckpoint
 from transformer.training.run_state import tokenizer_fingerprints
 
 NAMED_CHECKPOINTS = ("latest", "best")
@@ -33,8 +34,7 @@ def with_members(run: RestoredRun, specs: Sequence[str], overrides=()) -> Restor
         return run
     members = [run]
     for spec in specs:
-        workdir, checkpoint = parse_member(spec)
-        members.append(restore_run(workdir, checkpoint=checkpoint, overrides=overrides))
+        members.append(_restore_member(spec, overrides))
         _check_tokenizers(run, members[-1])
     ensemble = Ensemble([nnx.merge(m.graphdef, m.params) for m in members])
     graphdef, params = nnx.split(ensemble, nnx.Param)
@@ -53,6 +53,16 @@ def with_members(run: RestoredRun, specs: Sequence[str], overrides=()) -> Restor
         translator=translator,
         members=[(m.workdir, m.step) for m in members],
     )
+
+
+def _restore_member(spec: str, overrides) -> RestoredRun:
+    workdir, checkpoint = parse_member(spec)
+    try:
+        return restore_run(workdir, checkpoint=checkpoint, overrides=overrides)
+    except UnreadableCheckpoint as e:  # another member is picked by --ensemble, not --checkpoint
+        raise UnreadableCheckpoint(
+            e.directory, e.step, e.reason, e.others, pick=f"--ensemble {workdir}:STEP"
+        ) from None
 
 
 def _check_tokenizers(run: RestoredRun, member: RestoredRun) -> None:

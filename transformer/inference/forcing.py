@@ -1,9 +1,14 @@
 """What a translation must hold, from the user's lines to a batch's arrays: target prefixes
 (search.Prefix) and lexical constraints (constrained.Constraints), checked, tokenized and
-padded to few static shapes (widths rounded up to 8) so that batches share compiled programs."""
+padded to few static shapes (widths rounded up to 8) so that batches share compiled programs.
+
+Characters the target vocabulary lacks become UNK when a prefix or phrase is tokenized, and
+the output then starts with (or holds) UNK, not the text asked for: `check_vocabulary` warns
+once per input line naming them, or refuses the line with strict_vocab."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -40,6 +45,38 @@ def tokenize_constraints(tokenizer, constraints, kept: Sequence[int], lines: int
         out.append([ids for ids in flat[start : start + len(line)] if ids])
         start += len(line)
     return out
+
+
+def check_vocabulary(
+    tokenizer, prefixes, constraints, kept: Sequence[int], line_ids, *, strict: bool = False
+) -> None:
+    """For each kept line kept[k] (numbered line_ids[k], from 0) whose prefix or constraint
+    phrases hold characters outside the target vocabulary: one warning line on stderr
+    naming the line and the characters, or with strict a UserError."""
+    for line, i in zip(line_ids, kept, strict=True):
+        what, texts = _forced_texts(prefixes, constraints, i)
+        unknown = list(dict.fromkeys(c for t in texts for c in tokenizer.unknown_characters(t)))
+        if not unknown:
+            continue
+        chars = ", ".join(repr(c) for c in unknown)
+        where = (
+            f"input line {line + 1}: the {what} has characters outside the target vocabulary "
+            f"({chars})"
+        )
+        if strict:
+            raise UserError(
+                f"{where}; remove or replace them (without --strict_vocab they become <unk>)"
+            )
+        print(f"warning: {where}; they become <unk> in the output", file=sys.stderr, flush=True)
+
+
+def _forced_texts(prefixes, constraints, i: int) -> tuple[str, list[str]]:
+    """('target prefix' or 'constraint', the texts) line i forces; ('', []) for none."""
+    if prefixes is not None:
+        return "target prefix", [prefixes[i]]
+    if constraints is not None:
+        return "constraint", list(constraints[i])
+    return "", []
 
 
 def check(prefix_lists, constraint_lists, line_ids, max_len: int) -> None:

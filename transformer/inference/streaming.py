@@ -32,11 +32,13 @@ def translate_stream(
     *,
     with_prefix: bool = False,
     with_constraints: bool = False,
+    strict_vocab: bool = False,
 ) -> dict:
     """Translates each line of input_path into output_path, a batch at a time, in order.
     with_prefix: lines are `source<TAB>prefix`, each translation starting with the prefix;
     with_constraints: lines are `source<TAB>phrase<TAB>phrase...`, each translation holding
-    every phrase."""
+    every phrase. A prefix or phrase with characters outside the target vocabulary is a
+    warning naming its line, or with strict_vocab a one-line error."""
     if with_prefix and with_constraints:
         raise UserError("--with_prefix and --with_constraints exclude each other; give one")
     settings = run.translator.settings
@@ -53,7 +55,12 @@ def translate_stream(
             if not batch:
                 return
             result = run.translator.translate(
-                prepared, batch, first_id=lines_done, prefixes=prefixes, constraints=constraints
+                prepared,
+                batch,
+                first_id=lines_done,
+                prefixes=prefixes,
+                constraints=constraints,
+                strict_vocab=strict_vocab,
             )
             truncated += result.num_truncated
             for i, (hyps, scores) in enumerate(zip(result.hypotheses, result.scores, strict=True)):

@@ -393,22 +393,27 @@ class Translator:
         first_id: int = 0,
         prefixes: Sequence[str] | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
+        strict_vocab: bool = False,
     ) -> Translations:
         """Raw source lines -> detokenized translations (empty line in, empty line out).
 
         first_id is the line number of lines[0] in the whole input (decode.py's streaming
         batches): line i is numbered first_id + i, empty lines included. prefixes[i]: text
         every translation of line i starts with (target side; '' = none); constraints[i]:
-        phrases every translation of line i holds (beam search).
+        phrases every translation of line i holds (beam search). A prefix or phrase with
+        characters the target vocabulary lacks is a warning naming the line, or with
+        strict_vocab a UserError (forcing.check_vocabulary).
         """
         ids, truncated = tokenize_sources(lines, self.src_tok, self.model_cfg.max_len)
         nonempty = [i for i, line in enumerate(lines) if line.strip()]
+        line_ids = [first_id + i for i in nonempty]
+        prefix_lists = forcing.tokenize_prefixes(self.tgt_tok, prefixes, nonempty, len(lines))
+        phrase_lists = forcing.tokenize_constraints(self.tgt_tok, constraints, nonempty, len(lines))
+        forcing.check_vocabulary(
+            self.tgt_tok, prefixes, constraints, nonempty, line_ids, strict=strict_vocab
+        )
         token_lists, scores = self.translate_ids(
-            params,
-            [ids[i] for i in nonempty],
-            [first_id + i for i in nonempty],
-            forcing.tokenize_prefixes(self.tgt_tok, prefixes, nonempty, len(lines)),
-            forcing.tokenize_constraints(self.tgt_tok, constraints, nonempty, len(lines)),
+            params, [ids[i] for i in nonempty], line_ids, prefix_lists, phrase_lists
         )
         reps = self.settings.outputs_per_input
         hypotheses = [[""] * reps for _ in lines]

@@ -6,9 +6,11 @@ specification: no Hugging Face detour, so PyTorch is not needed, and the decoder
 from our BOS embedding. (CTranslate2's converter for a MarianMTModel directory starts the
 decoder from a zero vector instead, which equals Marian's pad start only when that row is
 zero, as in converted OPUS-MT models, and not for a run trained here.) The configs it
-accepts are those `marian.check_compatible` accepts (Post-LN, sinusoidal positions, one
-shared and tied embedding table, biases, full multi-head attention, ReLU, GELU or SiLU);
-`model.output_bias` becomes the output projection's bias.
+accepts (`check_compatible`) are wider than Marian's: Pre-LN blocks (with the final
+encoder and decoder norms, CTranslate2's `pre_norm`) or Post-LN, LayerNorm or RMSNorm,
+sinusoidal positions, one shared and tied embedding table, biases, full multi-head
+attention, ReLU, GELU (either form) or SiLU; `model.output_bias` becomes the output
+projection's bias.
 
 The mapping, where the layouts differ: CTranslate2's linear weights are [out, in] where our
 Dense kernels are [in, out]; its self-attention reads one fused [3d, d] Q/K/V projection and
@@ -27,12 +29,54 @@ import numpy as np
 from transformer.common.errors import UserError
 from transformer.common.special_ids import BOS_ID, EOS_ID, UNK_ID
 from transformer.interop.extras import optional_import
-from transformer.interop.marian import check_compatible, flat_params
+from transformer.interop.marian import flat_params
 
 # Our activation name -> CTranslate2's Activation member computing the same function.
 CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH"}
 # CTranslate2 weight types offered: float32 keeps the weights exact.
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16", "bfloat16")
+# (field, the values the mapping below handles) for the fields compared by membership.
+SUPPORTED_FIELDS = (
+    ("norm_position", ("pre", "post")),
+    ("norm_type", ("layernorm", "rmsnorm")),
+    ("position", ("sinusoidal",)),
+    ("share_embeddings", (True,)),
+    ("tie_output", (True,)),
+    ("use_bias", (True,)),
+    ("activation", tuple(CT2_ACTIVATIONS)),
+)
+
+
+def check_compatible(model_cfg) -> None:
+    """Raises UserError naming the first field this CTranslate2 mapping cannot express."""
+    for field, supported in SUPPORTED_FIELDS:
+        value = getattr(model_cfg, field)
+        if value not in supported:
+            needs = " or ".join(repr(v) for v in supported)
+            raise UserError(
+                f"model.{field}={value!r} has no CTranslate2 equivalent in this export; it "
+                f"needs model.{field}={needs}"
+            )
+    if model_cfg.num_kv_heads not in (None, model_cfg.num_heads):
+        raise UserError(
+            f"model.num_kv_heads={model_cfg.num_kv_heads} (grouped-query attention) has no "
+            f"CTranslate2 equivalent in this export; it needs model.num_kv_heads=None"
+        )
+
+
+def translate_options(model_cfg) -> dict:
+    """translate_batch's length options that decode as our Translator does and keep
+    CTranslate2 within the model's position table (model.max_len positions; past it
+    CTranslate2 raises 'No position encodings are defined for positions >= max_len'):
+    sources cut to max_len tokens, EOS included, as our Translator cuts them; at most
+    max_len - 1 output tokens, the EOS our searches force at position max_len left out
+    (CTranslate2's outputs carry no EOS); and EOS allowed from the first step, as ours allow
+    it (CTranslate2's default minimum is one token)."""
+    return {
+        "max_input_length": model_cfg.max_len,
+        "max_decoding_length": model_cfg.max_len - 1,
+        "min_decoding_length": 0,
+    }
 
 
 def _linear(spec, kernel: np.ndarray, bias: np.ndarray) -> None:
@@ -42,8 +86,10 @@ def _linear(spec, kernel: np.ndarray, bias: np.ndarray) -> None:
 
 
 def _norm(spec, ours: dict, prefix: str) -> None:
-    spec.gamma = ours[f"{prefix}/norm/scale"]
-    spec.beta = ours[f"{prefix}/norm/bias"]
+    """A Norm's scale, and its bias when it has one (LayerNorm; RMSNorm has none)."""
+    spec.gamma = ours[f"{prefix}/scale"]
+    if f"{prefix}/bias" in ours:
+        spec.beta = ours[f"{prefix}/bias"]
 
 
 def _concat_linear(spec, ours: dict, prefixes: list[str]) -> None:
@@ -54,55 +100,81 @@ def _concat_linear(spec, ours: dict, prefixes: list[str]) -> None:
 
 
 def _ffn(spec, ours: dict, layer: str) -> None:
-    _norm(spec.layer_norm, ours, f"{layer}/ffn_sublayer")
+    _norm(spec.layer_norm, ours, f"{layer}/ffn_sublayer/norm")
     _linear(spec.linear_0, ours[f"{layer}/ffn/wi/kernel"], ours[f"{layer}/ffn/wi/bias"])
     _linear(spec.linear_1, ours[f"{layer}/ffn/wo/kernel"], ours[f"{layer}/ffn/wo/bias"])
 
 
 def _self_attention(spec, ours: dict, attn: str, norm: str) -> None:
-    _norm(spec.layer_norm, ours, norm)
+    _norm(spec.layer_norm, ours, f"{norm}/norm")
     _concat_linear(spec.linear[0], ours, [f"{attn}/{n}" for n in ("query", "key", "value")])
     _linear(spec.linear[1], ours[f"{attn}/out/kernel"], ours[f"{attn}/out/bias"])
 
 
 def _cross_attention(spec, ours: dict, attn: str, norm: str) -> None:
-    _norm(spec.layer_norm, ours, norm)
+    _norm(spec.layer_norm, ours, f"{norm}/norm")
     _linear(spec.linear[0], ours[f"{attn}/query/kernel"], ours[f"{attn}/query/bias"])
     _concat_linear(spec.linear[1], ours, [f"{attn}/key", f"{attn}/value"])
     _linear(spec.linear[2], ours[f"{attn}/out/kernel"], ours[f"{attn}/out/bias"])
 
 
-def model_spec(model_cfg, params: Any, vocabulary: list[str], *, add_source_eos: bool = False):
-    """The CTranslate2 TransformerSpec of our model, weights and vocabulary set.
+def model_spec(
+    model_cfg,
+    params: Any,
+    vocabulary: list[str],
+    *,
+    target_vocabulary: list[str] | None = None,
+    add_source_eos: bool = False,
+):
+    """The CTranslate2 TransformerSpec of our model, weights and vocabularies set (one token
+    per id; target_vocabulary defaults to vocabulary).
     add_source_eos: CTranslate2 appends EOS to every source (our Translator does; leave it
     off where callers pass EOS themselves)."""
     optional_import("ctranslate2")
     from ctranslate2.specs import common_spec, transformer_spec
 
-    from transformer.model.position import sinusoidal_table
-
     check_compatible(model_cfg)
     # Writable copies: CTranslate2 quantizes in place.
     ours = {name: np.array(value) for name, value in flat_params(params).items()}
+    pre = model_cfg.norm_position == "pre"
     spec = transformer_spec.TransformerSpec.from_config(
         (model_cfg.num_encoder_layers, model_cfg.num_decoder_layers),
         model_cfg.num_heads,
-        pre_norm=False,
+        pre_norm=pre,  # with a final norm after each stack, as our Pre-LN model has
         activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[model_cfg.activation]),
+        rms_norm=model_cfg.norm_type == "rmsnorm",
     )
-    embedding = ours["src_embed/embedding"]  # [V, d]: shared by both stacks and the logits
-    positions = np.asarray(sinusoidal_table(model_cfg.max_len, model_cfg.d_model))
-    encoder, decoder = spec.encoder, spec.decoder
-    encoder.embeddings[0].weight = embedding
-    encoder.position_encodings.encodings = positions
+    _encoder(spec.encoder, model_cfg, ours)
+    _decoder(spec.decoder, model_cfg, ours)
+    if pre:
+        _norm(spec.encoder.layer_norm, ours, "encoder_norm")
+        _norm(spec.decoder.layer_norm, ours, "decoder_norm")
+    _set_vocabulary(spec, model_cfg, vocabulary, target_vocabulary or vocabulary)
+    spec.config.add_source_eos = add_source_eos
+    return spec
+
+
+def _positions(model_cfg) -> np.ndarray:
+    from transformer.model.position import sinusoidal_table
+
+    return np.asarray(sinusoidal_table(model_cfg.max_len, model_cfg.d_model))
+
+
+def _encoder(encoder, model_cfg, ours: dict) -> None:
+    encoder.embeddings[0].weight = ours["src_embed/embedding"]  # [V, d], shared and tied
+    encoder.position_encodings.encodings = _positions(model_cfg)
     for i, layer in enumerate(encoder.layer):
         name = f"encoder_layers/{i}"
         _self_attention(
             layer.self_attention, ours, f"{name}/self_attention", f"{name}/attention_sublayer"
         )
         _ffn(layer.ffn, ours, name)
+
+
+def _decoder(decoder, model_cfg, ours: dict) -> None:
+    embedding = ours["src_embed/embedding"]
     decoder.embeddings.weight = embedding
-    decoder.position_encodings.encodings = positions
+    decoder.position_encodings.encodings = _positions(model_cfg)
     decoder.projection.weight = embedding  # tied output: logits = x @ E.T
     decoder.projection.bias = ours.get("output_bias", np.zeros(model_cfg.vocab_size, np.float32))
     for i, layer in enumerate(decoder.layer):
@@ -112,20 +184,18 @@ def model_spec(model_cfg, params: Any, vocabulary: list[str], *, add_source_eos:
         )
         _cross_attention(layer.attention, ours, f"{name}/cross_attention", f"{name}/cross_sublayer")
         _ffn(layer.ffn, ours, name)
-    _set_vocabulary(spec, model_cfg, vocabulary, add_source_eos)
-    return spec
 
 
-def _set_vocabulary(spec, model_cfg, vocabulary: list[str], add_source_eos: bool) -> None:
-    if len(vocabulary) != model_cfg.vocab_size:
-        raise ValueError(f"{len(vocabulary)} tokens for model.vocab_size={model_cfg.vocab_size}")
-    spec.register_source_vocabulary(vocabulary)
-    spec.register_target_vocabulary(vocabulary)
-    spec.config.bos_token = vocabulary[BOS_ID]
-    spec.config.eos_token = vocabulary[EOS_ID]
-    spec.config.unk_token = vocabulary[UNK_ID]
-    spec.config.decoder_start_token = vocabulary[BOS_ID]
-    spec.config.add_source_eos = add_source_eos
+def _set_vocabulary(spec, model_cfg, source: list[str], target: list[str]) -> None:
+    for tokens in (source, target):
+        if len(tokens) != model_cfg.vocab_size:
+            raise ValueError(f"{len(tokens)} tokens for model.vocab_size={model_cfg.vocab_size}")
+    spec.register_source_vocabulary(source)
+    spec.register_target_vocabulary(target)
+    spec.config.bos_token = target[BOS_ID]
+    spec.config.eos_token = target[EOS_ID]
+    spec.config.unk_token = target[UNK_ID]
+    spec.config.decoder_start_token = target[BOS_ID]
     spec.config.layer_norm_epsilon = model_cfg.norm_eps
 
 
@@ -135,6 +205,7 @@ def save_ctranslate2(
     out_dir: str,
     vocabulary: list[str],
     *,
+    target_vocabulary: list[str] | None = None,
     quantization: str = "float32",
     add_source_eos: bool = False,
 ) -> str:
@@ -142,7 +213,13 @@ def save_ctranslate2(
     stored as `quantization`; returns out_dir."""
     if quantization not in QUANTIZATIONS:
         raise UserError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-    spec = model_spec(model_cfg, params, vocabulary, add_source_eos=add_source_eos)
+    spec = model_spec(
+        model_cfg,
+        params,
+        vocabulary,
+        target_vocabulary=target_vocabulary,
+        add_source_eos=add_source_eos,
+    )
     spec.validate()
     spec.optimize(quantization=quantization)
     os.makedirs(out_dir, exist_ok=True)

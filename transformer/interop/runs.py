@@ -7,19 +7,24 @@ a run directory that eval.py, decode.py and train.py use as any other: `vocab/so
 and `vocab/target.model` (Marian's SentencePiece models with its rows reordered into this
 project's ids, `marian_vocab`), an Orbax checkpoint at step 0 holding the parameters alone
 (`run_state.WEIGHTS_ONLY`: training from it starts a fresh optimizer and data stream), and
-`config.json`, whose `data.vocab_path` names the two models (a local-text data section
-to point at a corpus for evaluation splits or fine-tuning).
+`config.json`, whose `data.vocab_path` names the two models relative to the run (so the run
+directory can be copied or moved) and whose data section is local text to point at a corpus
+for evaluation splits or fine-tuning. An import that fails after it started writing removes
+what it wrote and closes its checkpoint manager, so the same --workdir can be used again.
 
 `export_marian(workdir, out_dir)` writes a run as such a directory again (vocab.json in our
 ids, decoding from BOS), and optionally as a CTranslate2 model directory with the same
-vocabulary and SentencePiece models beside it.
+vocabulary and SentencePiece models beside it. `export_ctranslate2(workdir, out_dir)` writes
+the CTranslate2 model alone, for runs Marian cannot express too (Pre-LN: the main job's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import time
 import types
 import warnings
@@ -138,13 +143,37 @@ def import_marian(
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(vocab.rows))
     marian.check_position_tables(model_cfg, src.tensors)
     params = _params_state(model_cfg, marian.params_from_marian(model_cfg, src.tensors, vocab.rows))
-    make_workdir(workdir)  # once everything is read and checked: a refused import writes nothing
-    tokenizers = _write_tokenizers(src, vocab.pieces, workdir)
-    origin = f"imported from the MarianMTModel in {src.path}"
-    _save_weights(workdir, params, tokenizers, origin)
-    config = _run_config(model_cfg, tokenizers, langs)
-    run_config.save(config, workdir)  # last: a config.json marks a complete run
+    with _removed_on_failure(workdir):  # a refused or failed import leaves nothing behind
+        make_workdir(workdir)  # once everything is read and checked
+        tokenizers = _write_tokenizers(src, vocab.pieces, workdir)
+        origin = f"imported from the MarianMTModel in {src.path}"
+        _save_weights(workdir, params, tokenizers, origin)
+        config = _run_config(model_cfg, tokenizers, langs)
+        run_config.save(config, workdir)  # last: a config.json marks a complete run
     return workdir
+
+
+# What an import writes into its workdir.
+IMPORT_ENTRIES = (VOCAB_DIR, "checkpoints", run_config.CONFIG_FILE)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(workdir: str):
+    """Removes what the import wrote (and the workdir, if it created it) when the block
+    raises, so a retry into the same --workdir is not refused as 'already holds a run'."""
+    existed = os.path.isdir(workdir)
+    try:
+        yield
+    except BaseException:
+        for name in IMPORT_ENTRIES:
+            path = os.path.join(workdir, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.exists(path):
+                os.remove(path)
+        if not existed and os.path.isdir(workdir) and not os.listdir(workdir):
+            os.rmdir(workdir)
+        raise
 
 
 def _check_new_workdir(workdir: str) -> None:
@@ -247,24 +276,34 @@ def _save_weights(workdir: str, params, tokenizers: dict[str, Tokenizer], origin
         "tokenizers": {side: tok.fingerprint for side, tok in tokenizers.items()},
         WEIGHTS_ONLY: origin,
     }
-    checkpoints = Checkpointer(workdir, keep=1)
     state = {"step": jax.numpy.zeros((), jax.numpy.int32), "params": params}
-    checkpoints.save(0, state, {}, meta, None)
-    checkpoints.wait()
-    checkpoints.close()
+    with _closing(Checkpointer(workdir, keep=1)) as checkpoints:
+        checkpoints.save(0, state, {}, meta, None)
+        checkpoints.wait()
+
+
+@contextlib.contextmanager
+def _closing(checkpoints: Checkpointer):
+    """The checkpoint manager, closed (its background threads joined) however the block
+    ends."""
+    try:
+        yield checkpoints
+    finally:
+        checkpoints.close()
 
 
 def _run_config(model_cfg, tokenizers: dict[str, Tokenizer], langs: tuple[str, str]):
     """The run's config: the base config with the imported model, its two SentencePiece
-    models as data.vocab_path (one id space, so one shared embedding) and local-text data
-    (data.path to set for evaluation splits or fine-tuning)."""
+    models as data.vocab_path (one id space, so one shared embedding; relative to the run,
+    which data.tokenizer.resolve_vocab_path reads them from) and local-text data (data.path
+    to set for evaluation splits or fine-tuning)."""
     config = run_config.get_base_config()
     for field, value in model_cfg.to_dict().items():
         config.model[field] = value
     d = config.data
     d.name, d.path = "parallel_text", ""
     d.source_lang, d.target_lang = langs
-    d.vocab_path = ",".join(tokenizers[side].path for side in SIDES)
+    d.vocab_path = ",".join(f"{VOCAB_DIR}/{side}.model" for side in SIDES)
     d.shared_vocab = True
     d.vocab_size = tokenizers["source"].vocab_size
     run_config.validate(config)
@@ -296,11 +335,10 @@ def load_run_weights(workdir: str, checkpoint: str = "latest", check=None) -> Ru
     model_cfg = run_config.validate(config).model
     if check is not None:
         check(model_cfg)
-    checkpoints = Checkpointer(workdir, read_only=True)
-    step = checkpoints.resolve_step(checkpoint)
     abstract = nnx.split(nnx.eval_shape(lambda: build_model(model_cfg, 0)), nnx.Param)[1]
-    params, meta = checkpoints.restore_params(step, abstract)
-    checkpoints.close()
+    with _closing(Checkpointer(workdir, read_only=True)) as checkpoints:
+        step = checkpoints.resolve_step(checkpoint)
+        params, meta = checkpoints.restore_params(step, abstract)
     src, tgt = build_tokenizers(config.data, int(config.data.vocab_size), workdir, _no_texts)
     sides = types.SimpleNamespace(source_tokenizer=src, target_tokenizer=tgt)
     check_tokenizers(meta, sides, f"{workdir}/checkpoints/{step}")
@@ -333,7 +371,7 @@ def export_marian(
     """Writes the run's checkpoint as a MarianMTModel directory in out_dir and, if given, as
     a CTranslate2 model directory in ctranslate2_dir."""
     _check_export_packages(ctranslate2_dir, quantization)
-    run = load_run_weights(workdir, checkpoint, check=marian.check_compatible)
+    run = load_run_weights(workdir, checkpoint, check=_check_marian)
     vocab = marian_vocab.marian_vocab(run.source_tokenizer, run.target_tokenizer)
     notes = []
     if run.model_cfg.norm_eps != marian.HF_NORM_EPS:
@@ -343,22 +381,55 @@ def export_marian(
         )
     _write_marian(run, vocab, out_dir)
     if ctranslate2_dir:
-        _write_ctranslate2(run, vocab, ctranslate2_dir, quantization)
+        _write_ctranslate2(run, ctranslate2_dir, quantization)
     return Exported(out_dir, ctranslate2_dir, run.step, notes)
+
+
+def export_ctranslate2(
+    workdir: str, out_dir: str, *, checkpoint: str = "latest", quantization: str = "float32"
+) -> Exported:
+    """Writes the run's checkpoint as a CTranslate2 model directory in out_dir, through
+    CTranslate2's own model specification: no MarianMTModel in between, so runs Marian
+    cannot express (Pre-LN, RMSNorm) export too."""
+    from transformer.interop import ctranslate2_model
+
+    _check_quantization(quantization)
+    run = load_run_weights(workdir, checkpoint, check=ctranslate2_model.check_compatible)
+    _write_ctranslate2(run, out_dir, quantization)
+    return Exported(None, out_dir, run.step, [])
+
+
+def _check_marian(model_cfg) -> None:
+    """marian.check_compatible, pointing at export-ctranslate2 where that one can write the
+    run."""
+    from transformer.interop import ctranslate2_model
+
+    try:
+        marian.check_compatible(model_cfg)
+    except UserError as e:
+        try:
+            ctranslate2_model.check_compatible(model_cfg)
+        except UserError:
+            raise e from None
+        raise UserError(
+            f"{e} (transformer-interop export-ctranslate2 writes this run as a CTranslate2 model)"
+        ) from None
 
 
 def _check_export_packages(ctranslate2_dir: str | None, quantization: str) -> None:
     """Before anything is read or written: what is missing fails the export, not half of it."""
-    from transformer.interop.ctranslate2_model import QUANTIZATIONS
-
     optional_import("torch")
     optional_import("transformers")
     if ctranslate2_dir:
-        optional_import("ctranslate2")
-        if quantization not in QUANTIZATIONS:
-            raise UserError(
-                f"--quantization={quantization} is not one of {', '.join(QUANTIZATIONS)}"
-            )
+        _check_quantization(quantization)
+
+
+def _check_quantization(quantization: str) -> None:
+    from transformer.interop.ctranslate2_model import QUANTIZATIONS
+
+    optional_import("ctranslate2")
+    if quantization not in QUANTIZATIONS:
+        raise UserError(f"--quantization={quantization} is not one of {', '.join(QUANTIZATIONS)}")
 
 
 def _write_spm(run: RunWeights, directory: str) -> None:
@@ -392,18 +463,35 @@ def _write_marian(run: RunWeights, vocab: dict[str, int], out_dir: str) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def _write_ctranslate2(run, vocab: dict[str, int], out_dir: str, quantization: str) -> None:
-    """The CTranslate2 model (sources get EOS appended, as the Translator appends it) with
-    the SentencePiece models beside it, so pieces go in and come out."""
-    from transformer.interop.ctranslate2_model import save_ctranslate2
+# Beside a CTranslate2 model: translate_batch's keyword arguments that keep it within the
+# run's model.max_len (ctranslate2_model.translate_options).
+TRANSLATE_OPTIONS = "translate_options.json"
 
-    tokens = list(vocab) + [f"<spare_{i}>" for i in range(len(vocab), run.model_cfg.vocab_size)]
+
+def _write_ctranslate2(run: RunWeights, out_dir: str, quantization: str) -> None:
+    """The CTranslate2 model (sources get EOS appended, as the Translator appends it) with
+    the SentencePiece models beside it, so pieces go in and come out, and the length limits
+    translate_batch needs (TRANSLATE_OPTIONS)."""
+    from transformer.interop.ctranslate2_model import save_ctranslate2, translate_options
+
+    rows = run.model_cfg.vocab_size
     save_ctranslate2(
         run.model_cfg,
         run.params,
         out_dir,
-        tokens,
+        _tokens(run.source_tokenizer, rows),
+        target_vocabulary=_tokens(run.target_tokenizer, rows),
         quantization=quantization,
         add_source_eos=True,
     )
     _write_spm(run, out_dir)
+    with open(os.path.join(out_dir, TRANSLATE_OPTIONS), "w", encoding="utf-8") as f:
+        json.dump(translate_options(run.model_cfg), f, indent=2)
+        f.write("\n")
+
+
+def _tokens(tokenizer: Tokenizer, rows: int) -> list[str]:
+    """CTranslate2's vocabulary: the tokenizer's pieces in id order, then a name for each
+    spare embedding row (model.vocab_size above the piece count), which no text produces."""
+    pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    return pieces + [f"<spare_{i}>" for i in range(len(pieces), rows)]

@@ -6,9 +6,12 @@ the `keep` most recent checkpoints plus the best one by its validation score (BL
 the loss when early stopping ranks by loss: training/early_stopping.py), which is also what
 `best` resolves to.
 
-A complete checkpoint whose files are damaged later (truncated, deleted or garbled on disk)
-raises `UnreadableCheckpoint` when restored; train.py then resumes from an older one and
-`set_aside` renames the damaged one to `<step>.unreadable`.
+Every save writes a manifest of its files' sizes and checksums into the step before Orbax
+commits it (training/checkpoint_manifest.py, from Orbax's save thread), and every restore
+checks it first. A complete checkpoint whose files are damaged later (truncated, deleted,
+garbled or with bytes flipped on disk) raises `UnreadableCheckpoint` naming the file; train.py
+then resumes from an older one and `set_aside` renames the damaged one to `<step>.unreadable`.
+A checkpoint saved before manifests were written restores unchecked, with a note.
 """
 
 from __future__ import annotations
@@ -22,20 +25,33 @@ from typing import Any
 import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
+from orbax.checkpoint.path import atomicity_types
 
 from transformer.common.errors import UserError
+from transformer.training import checkpoint_manifest as manifest
 
 UNREADABLE_SUFFIX = ".unreadable"  # a damaged checkpoint set aside: <step>.unreadable
+# Key of the run metadata saved with each checkpoint that says it was saved with a manifest:
+# a checkpoint saying so whose manifest is gone is damaged, not one from before manifests.
+MANIFEST_KEY = "manifest"
 
 
 class UnreadableCheckpoint(UserError):
-    """A complete (listed) checkpoint whose files cannot be read: truncated, deleted or
-    garbled after its save. `step` names it, `reason` says what failed to read."""
+    """A complete (listed) checkpoint whose files cannot be read or fail their manifest:
+    truncated, deleted, garbled or changed after its save. `step` names it, `reason` says
+    which file and how; `pick` is the flag that picks another of `others`."""
 
-    def __init__(self, directory: str, step: int, reason: str, others: list[int]):
-        self.step, self.reason = step, reason
+    def __init__(
+        self,
+        directory: str,
+        step: int,
+        reason: str,
+        others: list[int],
+        pick: str = "--checkpoint=STEP",
+    ):
+        self.directory, self.step, self.reason, self.others = directory, step, reason, others
         choice = (
-            f"pick another with --checkpoint=STEP, one of {others}"
+            f"pick another with {pick}, one of {others}"
             if others
             else "it is the only checkpoint: restore its files from a backup or retrain"
         )
@@ -46,6 +62,8 @@ class Checkpointer:
     def __init__(self, workdir: str, *, keep: int = 3, read_only: bool = False):
         self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
         self._saving = None  # step of the asynchronous save in flight
+        self._checked: set[int] = set()  # steps whose files were checked by this instance
+        self._noted_unchecked = False  # the note on a checkpoint without manifest was printed
         if read_only and not os.path.isdir(self.directory):
             raise UserError(
                 f"no checkpoints in {self.directory}; train first with "
@@ -64,6 +82,8 @@ class Checkpointer:
             create=not read_only,
             enable_async_checkpointing=True,
             read_only=read_only,
+            # Runs in the save thread after every file is written, before the step's commit.
+            async_options=ocp.AsyncOptions(post_finalization_callback=self._write_manifest),
         )
         try:
             self.manager = ocp.CheckpointManager(
@@ -90,16 +110,26 @@ class Checkpointer:
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data=ocp.args.JsonSave(data_state),
-            meta=ocp.args.JsonSave(meta),
+            meta=ocp.args.JsonSave({**meta, MANIFEST_KEY: manifest.MANIFEST}),
         )
         # A failed asynchronous save surfaces only when the next save or wait() joins it;
         # join it here first so the error names the step whose save failed.
         self.wait()
+        self._saving = step  # before the save thread starts: _write_manifest reads it
+        self._checked.discard(step)
         try:
             self.manager.save(step, args=args, metrics=metrics, force=True)
         except _SAVE_ERRORS as e:
             raise UserError(_save_error(self.directory, step, e)) from None
-        self._saving = step
+
+    def _write_manifest(self) -> None:
+        """The manifest of the step being saved, written into its temporary directory (Orbax's
+        save thread calls this on the primary process once every process's files are written
+        and finalized, just before the rename that commits the step)."""
+        final = self._step_dir(self._saving)
+        pending = final + atomicity_types.TMP_DIR_SUFFIX
+        # Where Orbax commits with a marker file instead of a rename, it writes in place.
+        manifest.write(pending if os.path.isdir(pending) else final)
 
     def wait(self):
         """Blocks until the pending asynchronous save is complete (errors surface here)."""
@@ -143,17 +173,61 @@ class Checkpointer:
         return restored.state, restored.data, restored.meta
 
     def meta(self, step: int) -> dict:
-        """The run metadata of checkpoint `step` alone (no array is read)."""
+        """The run metadata of checkpoint `step` alone (no array is read, but the files are
+        checked against the manifest first, once per step: a restore of the step follows)."""
+        self._check_files(step)
+        return self._read_meta(step)
+
+    def _read_meta(self, step: int) -> dict:
         args = ocp.args.Composite(meta=ocp.args.JsonRestore())
         try:
             return self.manager.restore(step, args=args).meta or {}
         except Exception as e:  # noqa: BLE001 - a missing or garbled JSON file
             raise self._unreadable(step, e) from None
 
+    def verify(self, step: int) -> manifest.Verdict:
+        """Checkpoint `step`'s files against its manifest: OK, DAMAGED naming the file, or
+        NO_MANIFEST for a checkpoint saved before manifests were written."""
+        verdict = manifest.verify(self._step_dir(step))
+        if verdict.status != manifest.NO_MANIFEST:
+            return verdict
+        try:
+            saved_with_one = MANIFEST_KEY in self._read_meta(step)
+        except UnreadableCheckpoint as e:  # no manifest, and the metadata cannot tell
+            return manifest.Verdict(manifest.DAMAGED, e.reason)
+        return manifest.damaged_manifest("is missing") if saved_with_one else verdict
+
+    def _check_files(self, step: int) -> None:
+        """Raises UnreadableCheckpoint naming the file when checkpoint `step` fails its
+        manifest; a checkpoint without one passes, noted once per Checkpointer."""
+        if step in self._checked:
+            return
+        verdict = self.verify(step)
+        if verdict.status == manifest.DAMAGED:
+            others = [s for s in self.all_steps() if s != step]
+            raise UnreadableCheckpoint(self.directory, step, verdict.detail, others)
+        if verdict.status == manifest.NO_MANIFEST:
+            self._note_unchecked(step)
+        self._checked.add(step)
+
+    def _note_unchecked(self, step: int) -> None:
+        import jax
+
+        if self._noted_unchecked or jax.process_index() != 0:
+            return
+        self._noted_unchecked = True
+        print(
+            f"note: checkpoint {step} in {self.directory} was saved before checksums were "
+            "recorded; its files are restored without a check",
+            file=sys.stderr,
+            flush=True,
+        )
+
     def restore_params(self, step: int, abstract_params: Any) -> tuple[Any, dict]:
         """Restores only the parameters at `step` (and the run metadata): a partial restore
-        that never reads the optimizer state, about twice the parameters' size under Adam.
-        Returns (params, meta)."""
+        that never reads the optimizer state, about twice the parameters' size under Adam
+        (the manifest check hashes it with the rest: array files mix both). Returns (params,
+        meta)."""
         target = {"params": _with_default_sharding(abstract_params)}
         args = ocp.args.Composite(
             state=ocp.args.PyTreeRestore(
@@ -167,11 +241,15 @@ class Checkpointer:
         return restored.state["params"], restored.meta
 
     def _restore_checked(self, step: int, abstract_state: Any, args):
-        """manager.restore(step, args) once the checkpoint's metadata lists exactly the arrays
-        and shapes abstract_state asks for. A mismatch is one UserError naming the arrays (the
-        config is at fault); a failure to read then is an UnreadableCheckpoint (the files are)."""
-        # Shapes are compared from the metadata first: a restore that fails on them leaves
-        # Orbax's asyncio reads failing in the background, which print tracebacks at exit.
+        """manager.restore(step, args) once the checkpoint's files match its manifest and its
+        metadata lists exactly the arrays and shapes abstract_state asks for. A mismatch of
+        shapes is one UserError naming the arrays (the config is at fault); a file that fails
+        the manifest, or a failure to read then, is an UnreadableCheckpoint (the files are)."""
+        # The files are checked first, so damage is named by its file even where the shapes
+        # or reads would fail too. Shapes are compared from the metadata before reading: a
+        # restore that fails on them leaves Orbax's asyncio reads failing in the background,
+        # which print tracebacks at exit.
+        self._check_files(step)
         _drop_orphaned_read_errors()  # a damaged checkpoint leaves such reads too
         what = _shape_differences(self._stored_shapes(step), abstract_state)
         if what:
@@ -200,6 +278,9 @@ class Checkpointer:
         leaves = jax.tree.leaves(getattr(metadata, "tree", None))
         return {m.name: tuple(m.shape) for m in leaves if hasattr(m, "name")}
 
+    def _step_dir(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
     def _unreadable(self, step: int, e: Exception) -> UnreadableCheckpoint:
         others = [s for s in self.all_steps() if s != step]
         return UnreadableCheckpoint(self.directory, step, _read_reason(e), others)
@@ -212,8 +293,9 @@ class Checkpointer:
         import jax
 
         target = None
+        self._checked.discard(step)
         if jax.process_index() == 0:
-            source = os.path.join(self.directory, str(step))
+            source = self._step_dir(step)
             target = _unused_path(source + UNREADABLE_SUFFIX)
             try:
                 os.rename(source, target)

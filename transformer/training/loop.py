@@ -29,7 +29,7 @@ from transformer.model.config import ModelConfig
 from transformer.model.flops import forward_flops
 from transformer.model.transformer import count_params
 from transformer.scoring import metrics as metrics_lib
-from transformer.training import run_config
+from transformer.training import checkpoint_manifest, run_config
 from transformer.training.checkpoint import Checkpointer, UnreadableCheckpoint
 from transformer.training.early_stopping import STOPPED_MESSAGE, EarlyStopping
 from transformer.training.logger import MetricsLogger
@@ -350,12 +350,12 @@ def _train_loop(run: _Run, steps: _Steps, state: TrainState, start: int) -> Trai
                 state, run.parallel.shard_batch(batch), steps.base_rng
             )
             if pending is not None:
-                last_loss = _check_finite(pending, run.checkpoints)
+                last_loss = _check_finite(pending, run)
             step += 1
             pending = (step, step_metrics)
             boundary = step % t.checkpoint_every == 0 or step == t.num_steps
             if step % t.log_every == 0 or boundary:
-                last_loss = _check_finite(pending, run.checkpoints)
+                last_loss = _check_finite(pending, run)
                 pending = None
                 _log_train(run.logger, step, step_metrics, window_tokens, window_start)
                 window_tokens, window_start = 0, time.perf_counter()
@@ -367,14 +367,14 @@ def _train_loop(run: _Run, steps: _Steps, state: TrainState, start: int) -> Trai
             new_best = validated and run.stopping.on and run.stopping.best_step == step
             if boundary or new_best or run.stopping.exhausted:
                 if pending is not None:
-                    last_loss = _check_finite(pending, run.checkpoints)
+                    last_loss = _check_finite(pending, run)
                     pending = None
                 _save(run, state, step, last_valid if validated else None)
         if run.stopping.exhausted:
             run.logger.log_text(f"{STOPPED_MESSAGE} {step}: {run.stopping.describe()}")
         if stop.signal is not None and step > start:
             if pending is not None:
-                last_loss = _check_finite(pending, run.checkpoints)
+                last_loss = _check_finite(pending, run)
             if run.checkpoints.latest_step() != step:
                 _save(run, state, step, None)
             run.logger.log_text(f"stopped by signal {stop.signal} at step {step}; checkpoint saved")
@@ -408,22 +408,47 @@ def _save(run: _Run, state: TrainState, step: int, validation: dict | None) -> N
     run.checkpoints.save(step, state, run.train_iter.get_state(), meta, score)
 
 
-def _check_finite(pending, checkpoints: Checkpointer) -> float:
+def _check_finite(pending, run: _Run) -> float:
     step, step_metrics = pending
     loss = float(jax.device_get(step_metrics["loss"]))
     if not math.isfinite(loss):
-        checkpoints.wait()
-        last = checkpoints.latest_step()
-        where = (
-            f"the last good checkpoint is step {last} in {checkpoints.directory}"
-            if last is not None
-            else "no checkpoint was saved yet"
-        )
         raise NonFiniteLoss(
-            f"non-finite loss ({loss}) at step {step}; {where}; lower train.learning_rate, "
-            f"add warmup or use norm_position='pre', then rerun to resume"
+            f"non-finite loss ({loss}) at step {step}; {_last_good_checkpoint(run.checkpoints)}; "
+            f"{_divergence_remedies(run.model_cfg)}, then rerun to resume"
         )
     return loss
+
+
+def _last_good_checkpoint(checkpoints: Checkpointer) -> str:
+    """Where a rerun resumes, as a phrase: the newest checkpoint whose files match their
+    manifest, and the newest damaged one after it (a rerun sets it aside). One saved before
+    manifests were written is named, not called good."""
+    checkpoints.wait()
+    directory, damaged = checkpoints.directory, None
+    for step in reversed(checkpoints.all_steps()):
+        verdict = checkpoints.verify(step)
+        if verdict.status == checkpoint_manifest.DAMAGED:
+            damaged = damaged or f"step {step} is damaged ({verdict.detail})"
+            continue
+        if verdict.status == checkpoint_manifest.OK:
+            where = f"the last good checkpoint is step {step} in {directory}"
+        else:
+            where = (
+                f"the last checkpoint is step {step} in {directory}, saved before checksums "
+                "were recorded (not verified)"
+            )
+        return f"{where}; the newer {damaged}" if damaged else where
+    if damaged:
+        return f"no checkpoint in {directory} is intact: {damaged}"
+    return "no checkpoint was saved yet"
+
+
+def _divergence_remedies(model_cfg: ModelConfig) -> str:
+    """What to change: Pre-LN is the usual cure for a Post-LN run that diverges early, so it
+    is suggested to Post-LN runs only."""
+    if model_cfg.norm_position == "post":
+        return "lower train.learning_rate, add warmup or use model.norm_position='pre'"
+    return "lower train.learning_rate or add warmup"
 
 
 def _validate(run: _Run, steps: _Steps, state: TrainState, step: int) -> dict:

@@ -137,7 +137,7 @@ def _cost(pilot: Pilot, seeds: int | None) -> str:
         return ""
     return (
         f" ({pilot.arms * seeds} runs, {_hours(pilot, seeds)} h at the pilot's run time, "
-        "plus the learning-rate search's runs on each arm's first seed)"
+        "plus the learning-rate search's runs on its tuning seeds)"
     )
 
 
