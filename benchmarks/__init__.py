@@ -12,7 +12,9 @@ The other modules are their parts: `common` (figure lines, timing, the busy-mach
 `throughput_train`, `throughput_pipeline` and `throughput_decode` (the parts of
 `throughput`), `ctranslate2_weights` (one of our runs as a CTranslate2 model; a run as a
 MarianMTModel is `transformer.interop.marian`) and `checkpoint_checksums` (what a
-checkpoint's checksum manifest adds to a save and a restore). `experiments/`
+checkpoint's checksum manifest adds to a save and a restore). `soak` is no speed benchmark:
+it kills a training run with SIGKILL at random moments, resumes it after each, and compares
+the end with an uninterrupted run bit for bit (docs/reliability.md). `experiments/`
 holds one-off studies (product shapes, A/B runs of decode settings, profiles) with what
 each concluded in its README; recorded figures are in `results/`.
 """

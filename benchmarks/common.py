@@ -6,6 +6,8 @@
   `(median_s, all_times)`; `sync(result)` is called inside the timed region so asynchronous
   work (JAX dispatch, CUDA streams) is finished before the clock stops.
 - `peak_rss_mib()` is the process's peak resident set size so far, in MiB.
+- `machine_tag()`: the short name of this machine that recorded results files begin with
+  ('epyc2': the CPU family and the core count).
 - `busy(loadavg_1m, cpus)`: whether a benchmark that started at that load average shares the
   machine with other work, so that its figures must not enter a ratio.
 - `random_train_batch(rng, rows, src_len, tgt_len, vocab_size)`: a fixed-shape, unpacked
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import resource
 import statistics
 import sys
@@ -38,6 +42,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from transformer.common.machine import cpu_model
 from transformer.common.special_ids import (
     FIRST_WORD_ID,  # random benchmark tokens avoid the specials
 )
@@ -56,6 +61,7 @@ __all__ = [
     "emit",
     "forced_length_overrides",
     "format_value",
+    "machine_tag",
     "median_time",
     "ours_impl",
     "peak_rss_mib",
@@ -150,6 +156,20 @@ def format_value(value: float) -> str:
     if magnitude >= 1e-3:
         return f"{value:.4g}"
     return f"{value:.3e}"
+
+
+# CPU families whose name starts a results file's name (benchmarks/results/epyc2_*.jsonl);
+# another CPU is named by its architecture.
+CPU_FAMILIES = ("EPYC", "Xeon", "Ryzen", "Core", "Graviton", "Neoverse")
+
+
+def machine_tag(cpuinfo: str | None = None, cpus: int | None = None) -> str:
+    """'epyc2', 'xeon2', 'aarch64_8': the CPU family (else the architecture), lower case, and
+    the core count, as results files are named."""
+    words = cpu_model(cpuinfo).replace(",", " ").replace("(R)", " ").split()
+    family = next((w for w in words if w in CPU_FAMILIES), platform.machine()).lower()
+    joint = "_" if family[-1:].isdigit() else ""  # 'aarch64_8', not 'aarch648'
+    return f"{family}{joint}{cpus or os.cpu_count() or 1}"
 
 
 # A benchmark started while the 1-minute load average exceeds this per core shares the machine:

@@ -13,10 +13,11 @@ from tests.helpers import fast_subset, tiny_model_config
 from transformer import Transformer
 from transformer.model.differentiation import Differentiation
 from transformer.model.instrumentation import Instrumentation
+from transformer.model.position_schemes import SCHEMES
 
 SRC = jnp.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0]], jnp.int32)
 TGT = jnp.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]], jnp.int32)
-POSITIONS = ["sinusoidal", "learned", "rope", "alibi", "relative"]
+POSITIONS = SCHEMES.names()  # every registered scheme, the user's own included
 CASES = [(p, kv) for p in POSITIONS for kv in (None, 2)]
 
 

@@ -132,3 +132,18 @@ def test_forced_length_overrides_pin_the_output_length():
         assert overrides["max_len_a"] == 0 and overrides["max_len_b"] == 17
         assert overrides["min_len"] == 17 and overrides["batch_size"] == 8
         assert {k: overrides[k] for k in settings} == settings
+
+
+@pytest.mark.parametrize(
+    "cpuinfo, cpus, tag",
+    [
+        ("model name\t: AMD EPYC 7B13 64-Core Processor\nflags\t: avx2\n", 2, "epyc2"),
+        ("model name\t: Intel(R) Xeon(R) Platinum 8481C CPU\nflags\t: avx512f\n", 2, "xeon2"),
+        ("model name\t: Strange CPU\n", 8, None),  # no known family: the architecture
+    ],
+)
+def test_machine_tag_names_the_cpu_family_and_core_count(cpuinfo, cpus, tag):
+    import platform
+
+    expected = tag or f"{platform.machine().lower()}_8"  # x86_64_8: '_' after a digit
+    assert common.machine_tag(cpuinfo, cpus) == expected

@@ -18,7 +18,7 @@ from transformer.common.special_ids import BOS_ID, EOS_ID
 from transformer.inference import search
 from transformer.inference.beam import beam_search
 from transformer.inference.translator import DecodeSettings, Translator
-from transformer.model.config import POSITIONS
+from transformer.model.position_schemes import SCHEMES
 
 V = 12
 
@@ -114,7 +114,7 @@ def _translate(model, cache_start: int, strategy: str):
 @pytest.mark.parametrize(
     "position,heads,strategy",
     fast_subset(
-        itertools.product(POSITIONS, HEADS, STRATEGIES),
+        itertools.product(SCHEMES.names(), HEADS, STRATEGIES),
         [("rope", "gqa", "beam"), ("relative", "mha", "sample"), ("alibi", "mqa", "greedy")],
     ),
 )

@@ -44,6 +44,6 @@ def test_unknown_section_is_named_with_the_valid_ones():
 
     config = get_base_config()
     config.extra = {"x": 1}
-    expected = "unknown config section 'extra'; valid: data, decode, model, train"
+    expected = "unknown config section 'extra'; valid: data, decode, model, plugins, train"
     with pytest.raises(UserError, match=expected):
         run_config.validate(config)

@@ -49,7 +49,10 @@ START_TIMEOUT = 300  # seconds for one train.py process; generous for a loaded 2
 class Train:
     """One `python train.py` process; stdout/stderr go to files (no pipe can fill up)."""
 
-    def __init__(self, workdir, args, *, name="train", env=None, extra=(), log_dir=None):
+    def __init__(
+        self, workdir, args, *, name="train", env=None, extra=(), log_dir=None, launcher=()
+    ):
+        """launcher: a command prefix the python command runs under (e.g. `unshare ...`)."""
         self.workdir = str(workdir)
         log_dir = log_dir or os.path.dirname(self.workdir)
         n = len([f for f in os.listdir(log_dir) if f.startswith(name)])
@@ -58,6 +61,7 @@ class Train:
         full_env = dict(os.environ, **(env or {}))
         full_env.setdefault("JAX_PLATFORMS", "cpu")
         cmd = [
+            *launcher,
             sys.executable,
             "train.py",
             "--config",
@@ -284,6 +288,26 @@ def test_kill9_and_resume_stop_early_at_the_uninterrupted_runs_step(tmp_path):
         stops = [r["message"] for r in info if r["message"].startswith("early stopping at")]
         assert len(stops) == 1 and stops[0].startswith("early stopping at step 30:"), stops
         assert last_train_step(workdir) == 30 and complete_steps(workdir)[-1] == 30
+
+
+@pytest.mark.slow
+def test_kill9_before_the_first_checkpoint_starts_over_without_its_rows(tmp_path):
+    """A run killed before its first checkpoint starts from step 0 again: metrics.jsonl
+    then holds each step's row once, as the uninterrupted run's, not the killed start's
+    steps twice."""
+    args = tiny_args(**{**FAULT_RUN, "train__num_steps": 12})
+    reference = Train(tmp_path / "reference", args, name="reference")  # runs alongside
+    run = str(tmp_path / "run")
+    first = Train(run, args)
+    first.wait_until(lambda: last_train_step(run) >= 3, poll=0.002)
+    first.kill()
+    assert complete_steps(run) == [] and last_train_step(run) >= 3
+    second = Train(run, args)
+    assert second.finish() == 0, second.stderr[-3000:]
+    assert reference.finish() == 0, reference.stderr[-3000:]
+    rows, ref_rows = train_rows(run), train_rows(reference.workdir)
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert [r["loss"] for r in rows] == [r["loss"] for r in ref_rows]
 
 
 # Random draws a resumed run must repeat: subword sampling (data.spm_alpha) draws a pair's

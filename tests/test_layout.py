@@ -4,6 +4,7 @@
   may import; every `import transformer.x` anywhere in that package (function-level imports
   included) must name one of them or its own package, and the rule must form no cycle.
 - Layout: the formatter lays code out; its opt-out comment marks only the data tables below.
+- Map: docs/architecture.md's package map lists every module of every layer.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ CHECKED_TREES = [
     "transformer",
     "benchmarks",
     "configs",
+    "examples",
     "tests",
     "train.py",
     "eval.py",
@@ -124,3 +126,21 @@ def test_only_data_tables_opt_out_of_the_formatter():
         if marker in path.read_text() and str(path.relative_to(ROOT)) not in DATA_TABLES
     ]
     assert not marked, f"{marker} outside the data tables: {marked}"
+
+
+def test_the_package_map_lists_every_module_of_every_layer():
+    doc = (Path(ROOT) / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| `(\w+)/` \| (.*?) \|", doc, re.M)
+    listed = {package: set(re.findall(r"`([\w/]+)`", modules)) for package, modules in rows}
+    assert set(listed) == set(_layers())
+    for package, names in listed.items():
+        root = PACKAGE / package
+        on_disk = {
+            path.relative_to(root).with_suffix("").as_posix()
+            for path in root.rglob("*.py")
+            if path.name != "__init__.py"
+        }
+        assert names == on_disk, (
+            f"docs/architecture.md, {package}/: unlisted {sorted(on_disk - names)}, "
+            f"gone {sorted(names - on_disk)}"
+        )

@@ -15,8 +15,10 @@ from flax import nnx
 
 from tests.helpers import fast_subset, tiny_model_config
 from transformer import ModelConfig, Transformer, count_params, param_shapes
-from transformer.model.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
+from transformer.model.activations import ACTIVATIONS
+from transformer.model.normalization import PLACEMENTS
 from transformer.model.position import sinusoidal_table
+from transformer.model.position_schemes import SCHEMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,7 +35,8 @@ TGT = jnp.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]], jnp.int32)
 @pytest.mark.parametrize(
     "norm_position,activation,position",
     fast_subset(
-        itertools.product(NORM_POSITIONS, ACTIVATIONS, POSITIONS), [("pre", "relu", "sinusoidal")]
+        itertools.product(PLACEMENTS.names(), ACTIVATIONS.names(), SCHEMES.names()),
+        [("pre", "relu", "sinusoidal")],
     ),
 )
 def test_forward_shape_dtype_finite(norm_position, activation, position):
@@ -62,7 +65,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
     assert logits.dtype == jnp.float32 and bool(jnp.isfinite(logits).all())
 
 
-@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("position", SCHEMES.names())
 def test_causality(position):
     """Changing target tokens at positions >= k leaves logits at positions < k unchanged."""
     model = Transformer(tiny(position=position, num_decoder_layers=2), rngs=nnx.Rngs(1))
@@ -73,7 +76,7 @@ def test_causality(position):
     assert not np.allclose(a[:, k:], b[:, k:], atol=1e-3)
 
 
-@pytest.mark.parametrize("position", fast_subset(POSITIONS, ["rope", "relative"]))
+@pytest.mark.parametrize("position", fast_subset(SCHEMES.names(), ["rope", "relative"]))
 def test_source_padding_is_invisible(position):
     model = Transformer(tiny(position=position), rngs=nnx.Rngs(2))
     padded = jnp.pad(SRC, ((0, 0), (0, 5)))
@@ -105,7 +108,7 @@ def test_sinusoidal_shift_is_one_linear_map():
     np.testing.assert_allclose(table[:length] @ m, table[k : length + k], atol=1e-4)
 
 
-@pytest.mark.parametrize("position", fast_subset(POSITIONS, ["none", "rope"]))
+@pytest.mark.parametrize("position", fast_subset(SCHEMES.names(), ["none", "rope"]))
 def test_encoder_permutation_equivariance_only_without_positions(position):
     model = Transformer(tiny(position=position), rngs=nnx.Rngs(3))
     src = jnp.array([[5, 6, 7, 8, 9, 10]], jnp.int32)
@@ -244,16 +247,37 @@ def _escape(text):
     return re.escape(text)
 
 
-def test_gelu_names_say_which_form():
-    from transformer.model.layers import ACTIVATION_FNS
+def _activation(name):
+    """The registered activation `name`, built as the feed-forward block builds it."""
+    return ACTIVATIONS[name](tiny(activation=name), rngs=nnx.Rngs(0))
 
+
+def test_gelu_names_say_which_form():
     x = np.linspace(-6, 6, 241)
     exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
     tanh = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     assert np.max(np.abs(exact - tanh)) > 1e-4  # the two forms are distinguishable here
-    np.testing.assert_allclose(ACTIVATION_FNS["gelu"](jnp.asarray(x)), exact, atol=1e-6)
-    np.testing.assert_allclose(ACTIVATION_FNS["gelu_tanh"](jnp.asarray(x)), tanh, atol=1e-6)
-    np.testing.assert_allclose(ACTIVATION_FNS["geglu"](jnp.asarray(x)), exact, atol=1e-6)
+    np.testing.assert_allclose(_activation("gelu")(jnp.asarray(x)), exact, atol=1e-6)
+    np.testing.assert_allclose(_activation("gelu_tanh")(jnp.asarray(x)), tanh, atol=1e-6)
+    np.testing.assert_allclose(_activation("geglu")(jnp.asarray(x)), exact, atol=1e-6)
+
+
+# name -> (formula, gated), written out independently of the package.
+ACTIVATION_FORMULAS = {
+    "relu": (lambda x: np.maximum(x, 0.0), False),
+    "silu": (lambda x: x / (1 + np.exp(-x)), False),
+    "swiglu": (lambda x: x / (1 + np.exp(-x)), True),
+}
+
+
+@pytest.mark.parametrize("name", ACTIVATION_FORMULAS)
+def test_activation_is_its_formula_and_gates_as_named(name):
+    formula, gated = ACTIVATION_FORMULAS[name]
+    x = np.linspace(-6, 6, 241)
+    np.testing.assert_allclose(_activation(name)(jnp.asarray(x)), formula(x), atol=1e-6)
+    assert ACTIVATIONS[name].gated is gated
+    ffn = Transformer(tiny(activation=name), rngs=nnx.Rngs(0)).encoder_layers[0].ffn
+    assert (ffn.wg is not None) is gated  # a gated activation's block has the gate projection
 
 
 @pytest.mark.parametrize("position", fast_subset(["sinusoidal", "alibi"], ["alibi"]))

@@ -34,17 +34,18 @@ from tests.helpers import fast_subset, tiny_model_config
 from transformer import ModelConfig, Transformer
 from transformer.common.special_ids import BOS_ID
 from transformer.model import masks
+from transformer.model.activations import ACTIVATIONS
 from transformer.model.attention import Attention
-from transformer.model.config import ACTIVATIONS, NORM_POSITIONS, POSITIONS
 from transformer.model.dropout import BIT_SOURCES, KeySeq, dropout, mask_width
 from transformer.model.instrumentation import Instrumentation
+from transformer.model.normalization import NORMS, PLACEMENTS
 from transformer.model.position import (
     alibi_bias,
     alibi_slopes,
     apply_rope,
     relative_position_bucket,
 )
-from transformer.model.position_schemes import Rotary, T5Relative
+from transformer.model.position_schemes import SCHEMES, Rotary, T5Relative
 from transformer.training import steps
 from transformer.training.loss import cross_entropy
 
@@ -534,7 +535,7 @@ PACKING_FAST = [("rope", "pre"), ("relative", "post")]
 
 @pytest.mark.parametrize(
     "position,norm_position",
-    fast_subset(itertools.product(POSITIONS, NORM_POSITIONS), PACKING_FAST),
+    fast_subset(itertools.product(SCHEMES.names(), PLACEMENTS.names()), PACKING_FAST),
 )
 def test_packed_sentences_get_their_own_logits_and_loss(position, norm_position):
     cfg = tiny(
@@ -694,8 +695,8 @@ def test_baseline_build_is_deterministic_for_one_seed():
 
 
 def test_every_activation_gives_distinct_logits():
-    logits = {name: switched_logits(activation=name) for name in ACTIVATIONS}
-    for a, b in itertools.combinations(ACTIVATIONS, 2):
+    logits = {name: switched_logits(activation=name) for name in ACTIVATIONS.names()}
+    for a, b in itertools.combinations(ACTIVATIONS.names(), 2):
         assert np.abs(logits[a] - logits[b]).max() > 1e-6, f"{a} and {b} give the same logits"
 
 
@@ -706,8 +707,9 @@ def test_output_bias_adds_its_vector_to_every_logit():
 
 
 SWITCHES = (
-    [dict(norm_position="pre"), dict(norm_type="rmsnorm")]
-    + [dict(position=p) for p in POSITIONS if p != "sinusoidal"]
+    [dict(norm_position=p) for p in PLACEMENTS.names() if p != BASELINE["norm_position"]]
+    + [dict(norm_type=n) for n in NORMS.names() if n != ModelConfig.norm_type]
+    + [dict(position=p) for p in SCHEMES.names() if p != BASELINE["position"]]
     + [dict(num_kv_heads=2), dict(num_kv_heads=1), dict(use_bias=False)]
     + [dict(tie_output=False), dict(share_embeddings=False), dict(output_bias=True)]
 )

@@ -14,11 +14,13 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 
 import jax
 import numpy as np
 import pytest
 
+from tests.test_checkpoint_manifest import flip_middle_byte
 from tests.test_faults import (
     TMP_SUFFIX,
     Train,
@@ -50,7 +52,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_processes(workdir, args, n=2):
+def start_processes(workdir, args, n=2, launchers=None):
+    """n train.py processes of one run; launchers: {process index: command prefix}."""
     port = free_port()
     return [
         Train(
@@ -62,6 +65,7 @@ def start_processes(workdir, args, n=2):
                 f"--num_processes={n}",
                 f"--process_id={i}",
             ],
+            launcher=(launchers or {}).get(i, ()),
         )
         for i in range(n)
     ]
@@ -142,3 +146,91 @@ def test_two_processes_train_like_one_and_checkpoints_restore_in_either_layout(t
         for x, y in zip(jax.tree.leaves(restore(workdir, 30)), jax.tree.leaves(final), strict=True):
             np.testing.assert_array_equal(x, y)
         assert not [n for n in os.listdir(os.path.join(workdir, "checkpoints")) if TMP_SUFFIX in n]
+
+
+def seen_by_one_process(path: str, damaged: str) -> list[str]:
+    """A command prefix: the command runs in a mount namespace of its own, where `path` holds
+    the bytes of `damaged` (a bind mount); every other process still reads the real file.
+    This is how hosts come to disagree on a checkpoint: a local disk, cache or copy of it."""
+    script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        damaged,
+        path,
+    ]
+
+
+def can_unshare() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.slow
+def test_damage_seen_by_one_process_makes_every_process_resume_from_one_older_step(tmp_path):
+    """Checkpoint 20's largest array file of process 1's shard flipped in process 1's view
+    only (process 0 reads it intact): both processes resume from step 10, one warning names
+    process 1 and the step, and steps 11-20 recompute bitwise what they were. Deciding alone,
+    process 0 would resume from 20 and process 1 from 10."""
+    if not can_unshare():
+        pytest.skip("needs root and unshare to give one process its own view of a file")
+    run = str(tmp_path / "run")
+    finish_all(start_processes(run, tiny_args(**MP_RUN)))  # checkpoints 10 and 20
+    original = train_rows(run)
+    step_dir = os.path.join(run, "checkpoints", "20")
+    shard = os.path.join(step_dir, "state", "ocdbt.process_1", "d")
+    victim = max((os.path.join(shard, n) for n in os.listdir(shard)), key=os.path.getsize)
+    damaged = str(tmp_path / "damaged")
+    shutil.copyfile(victim, damaged)
+    flip_middle_byte(damaged)
+
+    args = tiny_args(**{**MP_RUN, "train__num_steps": 30})
+    procs = start_processes(run, args, launchers={1: seen_by_one_process(victim, damaged)})
+    finish_all(procs)
+    warnings = [line for line in procs[0].stdout.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: checkpoint 20 is unreadable on process 1 "
+        f"({os.path.relpath(victim, step_dir)} does not match its checksum), moved to "
+        f"{step_dir}.unreadable; all 2 processes continue from step 10"
+    ], procs[0].stdout[-3000:]
+    for p in procs:
+        assert "Traceback" not in p.stderr and "error:" not in p.stderr, p.stderr[-3000:]
+    assert resumed_from(run) == [10]
+    rows = train_rows(run)
+    assert [r["step"] for r in rows] == list(range(1, 31))
+    assert [r["loss"] for r in rows[:20]] == [r["loss"] for r in original]  # bitwise
+    # The set-aside step 20 is intact as this process (and process 0) reads it: the step 20
+    # both processes recomputed from step 10 equals it, array for array.
+    intact = str(tmp_path / "intact")
+    os.makedirs(os.path.join(intact, "checkpoints"))
+    shutil.copy(os.path.join(run, "config.json"), intact)
+    shutil.copytree(step_dir + ".unreadable", os.path.join(intact, "checkpoints", "20"))
+    a, b = restore(intact, 20), restore(run, 20)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_a_report_survives_its_trip_between_processes_as_bytes():
+    """agreement's reports travel as fixed-size int rows: text comes back as it went, cut at
+    REPORT_BYTES (a character split by the cut is replaced, not an error). In one process no
+    collective runs: the report comes back as process 0's."""
+    from transformer.training import agreement
+
+    text = "state/ocdbt.process_1/d/8be9 does not match its checksum (Übergröße)"
+    assert agreement._decode(agreement._encode(text)) == text
+    cut = "ä" * agreement.REPORT_BYTES  # 2 bytes each: the cut falls after whole characters
+    assert agreement._decode(agreement._encode(cut)) == "ä" * (agreement.REPORT_BYTES // 2)
+    odd = "x" + cut  # now the cut splits an 'ä'
+    assert agreement._decode(agreement._encode(odd)).endswith("ä\ufffd")
+    assert agreement._encode(None).tolist() == [0] * (1 + agreement.REPORT_BYTES)
+    assert agreement.first_report(None) is None
+    assert agreement.first_report("damaged") == (0, "damaged")
+    assert agreement.process_zeros([10, 20]) == [10, 20]

@@ -15,7 +15,8 @@ from tests.helpers import cached_logits, fast_subset, run, tiny_config
 from transformer import ModelConfig, Transformer
 from transformer.common.special_ids import BOS_ID, EOS_ID
 from transformer.inference.translator import DecodeSettings, Translator
-from transformer.model.config import NORM_POSITIONS, POSITIONS
+from transformer.model.normalization import PLACEMENTS
+from transformer.model.position_schemes import SCHEMES
 from transformer.training.steps import init_state
 
 SRC = jnp.array([[5, 6, 7, 8, 9, 3, 0, 0], [10, 11, 3, 0, 0, 0, 0, 0]], jnp.int32)
@@ -25,7 +26,7 @@ TGT_IN = jnp.array([[2, 12, 13, 14, 15, 16], [2, 17, 18, 19, 20, 21]], jnp.int32
 @pytest.mark.parametrize(
     "position,norm_position",
     fast_subset(
-        itertools.product(POSITIONS, NORM_POSITIONS),
+        itertools.product(SCHEMES.names(), PLACEMENTS.names()),
         [(p, "pre") for p in ("rope", "alibi", "relative")],
     ),
 )

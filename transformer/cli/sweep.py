@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 
 from transformer.common.errors import UserError, report_user_error
+from transformer.research.html import study_page
 from transformer.research.report import update_readme
 from transformer.research.sweep import (
     DEFAULT_POLL_S,
@@ -215,14 +217,15 @@ def _update_readme(args: argparse.Namespace) -> None:
     )
 
 
-def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> None:
+def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run], command: str) -> None:
     if not args.report_only:
         runs = _run_sweep(args, sweep, args.parallel or sweep.parallel)
     write_report(sweep, runs, args.workdir, allow_mixed=args.allow_mixed_provenance)
+    page = study_page.write(args.workdir, None, command, references=args.references)
     grid = ", lr_grid.csv, lr_valid_loss.png" if sweep.lr_grid else ""
     print(
         f"wrote {os.path.join(args.workdir, 'results.md')} (+ results.csv, runs.csv, "
-        f"valid_loss.png, bleu.png, length_bleu.png{grid})",
+        f"sweep.json, valid_loss.png, bleu.png, length_bleu.png{grid}) and {page}",
         flush=True,
     )
     if args.readme:
@@ -230,6 +233,7 @@ def _run_and_report(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     try:
         if args.readme and any(c in args.section for c in "\n:"):
@@ -246,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.dry_run:
             _print_plan(sweep, runs)
         else:
-            _run_and_report(args, sweep, runs)
+            _run_and_report(args, sweep, runs, shlex.join(["transformer-sweep", *argv]))
     except UserError as e:
         return report_user_error(e)
     except KeyboardInterrupt:

@@ -2,7 +2,9 @@
 crash-safe file writes (`fileio`), the machine name every measured speed records
 (`machine`), the special token ids every layer agrees on (`special_ids`) and the format of a
 run's `metrics.jsonl` with its reader (`metrics_file`), which training writes and evaluation
-and the research tools read. Nothing here knows about models, data or training code.
+and the research tools read, a run's provenance record (`provenance`), the registries of
+named classes (`registry`) and the import of the user's modules that add to them
+(`plugins`). Nothing here knows about models, data or training code.
 
 Imports from: nothing else in the package.
 """

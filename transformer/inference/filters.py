@@ -16,7 +16,12 @@ same call serves both paths of a chain:
 The two paths keep the same tokens with the same values when every filter keeps the
 contract: a dropped entry stays -inf, a kept entry's new value depends on the entries still
 finite only, and a rule over ranks uses :func:`best_first_mask`'s order (the one
-``lax.top_k`` selects in). Adding a filter is adding one class.
+``lax.top_k`` selects in).
+
+Adding a filter is adding one class, decorated with ``@FILTERS.register("name")``, in the
+package or in a user's module named in ``plugins.modules`` (docs/extending.md); the decode
+setting ``decode.filters="name"`` (or ``"name=number"`` for a filter built from one number)
+then puts it in the chain :func:`filters_from_settings` builds.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from transformer.common.registry import Registry
 from transformer.common.special_ids import EOS_ID
 
 NEG_INF = -jnp.inf
+FILTERS = Registry("decode filter")  # decode.filters names -> their Filter classes
 
 
 def static_number(x) -> float | None:
@@ -94,6 +101,7 @@ def keep_best(logits: jax.Array, ids: jax.Array) -> jax.Array:
     return best_first_mask(logits, ids, lambda ranked: jnp.arange(ranked.shape[-1]) == 0)
 
 
+@FILTERS.register("min_len")
 class MinLength(Filter):
     """EOS is forbidden at output positions ``< min_len``: at least min_len tokens precede it.
 
@@ -111,6 +119,7 @@ class MinLength(Filter):
         return jnp.where((step < self.min_len) & (ids == self.eos_id), NEG_INF, logits)
 
 
+@FILTERS.register("temperature")
 class Temperature(Filter):
     """``logits / t``: t < 1 sharpens the distribution, t > 1 flattens it.
 
@@ -150,6 +159,7 @@ def check_top_k(k) -> int:
     return int(k)
 
 
+@FILTERS.register("top_k")
 class TopK(Filter):
     """Keeps exactly ``min(k, C)`` entries, the largest logits (ties by the lower token id)."""
 
@@ -168,6 +178,7 @@ class TopK(Filter):
         return best_first_mask(logits, ids, lambda ranked: jnp.arange(ranked.shape[-1]) < k)
 
 
+@FILTERS.register("top_p")
 class TopP(Filter):
     """Nucleus: keeps the smallest set of most likely tokens whose probability reaches ``p``.
 
@@ -261,25 +272,60 @@ def _apply(filters, logits: jax.Array, ids: jax.Array, step) -> jax.Array:
 
 
 def decode_filters(
-    *, min_len=0, temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID
+    *,
+    min_len=0,
+    temperature=1.0,
+    top_k: int = 0,
+    top_p=1.0,
+    eos_id: int = EOS_ID,
+    extra: tuple[Filter, ...] = (),
 ) -> FilterChain:
-    """The decode settings' chain: min-length, then temperature, then top-k, then top-p.
+    """The decode settings' chain: min-length, temperature, the `extra` filters in order,
+    top-k, top-p.
 
-    Top-k and top-p act on the distribution left by the stages before them (renormalised).
+    Each stage acts on the distribution left by the stages before it (renormalised).
     ``top_k = 0`` and ``top_p = 1`` are off; ``top_k`` is a static int, the others may be
     traced.
     """
-    filters = [MinLength(min_len, eos_id), Temperature(temperature)]
+    filters = [MinLength(min_len, eos_id), Temperature(temperature), *extra]
     if check_top_k(top_k):
         filters.append(TopK(top_k))
     return FilterChain(*filters, TopP(top_p))
 
 
+def parse_filters(spec: str) -> tuple[Filter, ...]:
+    """The filters ``decode.filters`` names: comma-separated ``name`` or ``name=number``
+    items, each built by its registered class (from the number, when given). Raises
+    ValueError naming the item for an unknown name or a value its class refuses."""
+    return tuple(_build_filter(item.strip()) for item in spec.split(",") if item.strip())
+
+
+def _build_filter(item: str) -> Filter:
+    name, has_value, value = item.partition("=")
+    cls = FILTERS[name.strip()]
+    try:
+        return cls(_number(value, item)) if has_value else cls()
+    except TypeError as e:  # a missing or surplus number, or one of the wrong kind
+        raise ValueError(f"filter {item!r}: {e}") from None
+
+
+def _number(text: str, item: str) -> int | float:
+    """'3' -> 3, '0.05' -> 0.05: a filter's one argument."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    raise ValueError(f"filter {item!r}: {text.strip()!r} is not a number")
+
+
 def filters_from_settings(settings) -> FilterChain:
-    """The chain of a validated ``DecodeSettings`` (its min_len, temperature, top_k, top_p)."""
+    """The chain of a validated ``DecodeSettings`` (its min_len, temperature, filters, top_k,
+    top_p)."""
     return decode_filters(
         min_len=settings.min_len,
         temperature=settings.temperature,
         top_k=settings.top_k,
         top_p=settings.top_p,
+        extra=parse_filters(settings.filters),
     )

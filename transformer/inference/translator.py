@@ -26,7 +26,7 @@ from transformer.data import source_batch, tokenize_sources
 from transformer.inference import forcing, search
 from transformer.inference.beam import beam_search
 from transformer.inference.constrained import grid_beam_search
-from transformer.inference.filters import filters_from_settings
+from transformer.inference.filters import filters_from_settings, parse_filters
 from transformer.model.config import ModelConfig
 from transformer.model.decoding_network import decoding_network
 from transformer.model.projection_policy import (
@@ -54,6 +54,7 @@ class DecodeSettings:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    filters: str = ""
     num_samples: int = 1
     seed: int = 0
     max_len_a: float = 1.5
@@ -115,6 +116,10 @@ class DecodeSettings:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        try:
+            parse_filters(self.filters)
+        except ValueError as e:
+            raise UserError(f"decode.filters={self.filters!r}: {e}") from None
 
     @classmethod
     def from_config(cls, decode_config) -> DecodeSettings:
@@ -190,7 +195,7 @@ class Translator:
         self.settings = settings
         self.src_tok = src_tok
         self.tgt_tok = tgt_tok
-        self.filters = filters_from_settings(settings)  # beam search uses only min-length
+        self.filters = filters_from_settings(settings)  # greedy and beam: not sampling_only
         self._prepare_fn = nnx.jit(
             lambda p: decoding_network(nnx.merge(graphdef, p), settings.projections)
         )

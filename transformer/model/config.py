@@ -5,13 +5,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from transformer.common.registry import Registry
+from transformer.model.activations import ACTIVATIONS
 from transformer.model.dropout import check_rate
-from transformer.model.position_schemes import SCHEMES, scheme_names
+from transformer.model.normalization import NORMS, PLACEMENTS
+from transformer.model.position_schemes import SCHEMES
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
-NORM_POSITIONS = ("pre", "post")
-NORM_TYPES = ("layernorm", "rmsnorm")
-POSITIONS = scheme_names()  # the built-in schemes; position_schemes.register adds more
+# The fields whose values are registered classes: their registries (one per kind, open to
+# the user's modules) list the valid names and build the chosen one.
+REGISTERED: dict[str, Registry] = {
+    "activation": ACTIVATIONS,
+    "norm_position": PLACEMENTS,
+    "norm_type": NORMS,
+    "position": SCHEMES,
+}
 DTYPES = ("float32", "bfloat16")
 # The tied output projection's operands: float32, or the compute dtype (bfloat16 products
 # with float32 sums and float32 logits).
@@ -98,11 +105,9 @@ class ModelConfig:
                     f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}; "
                     f"valid num_kv_heads: {_divisors(self.num_heads)} or None"
                 )
+        for name, registry in REGISTERED.items():
+            registry.check(getattr(self, name))
         for name, valid in (
-            ("activation", ACTIVATIONS),
-            ("norm_position", NORM_POSITIONS),
-            ("norm_type", NORM_TYPES),
-            ("position", scheme_names()),
             ("dtype", DTYPES),
             ("logits_dtype", LOGITS_DTYPES),
             ("attention_impl", ATTENTION_IMPLS),
@@ -124,7 +129,8 @@ class ModelConfig:
                 "logits_dtype='compute' applies to the tied output projection; set "
                 "tie_output=True or logits_dtype='float32'"
             )
-        SCHEMES[self.position].check(self)
+        for name, registry in REGISTERED.items():
+            registry[getattr(self, name)].check(self)
 
     @property
     def kv_heads(self) -> int:
@@ -136,7 +142,8 @@ class ModelConfig:
 
     @property
     def gated(self) -> bool:
-        return self.activation in ("swiglu", "geglu")
+        """The feed-forward block has a gate projection (its activation says so)."""
+        return ACTIVATIONS[self.activation].gated
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:

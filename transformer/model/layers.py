@@ -1,4 +1,5 @@
-"""Basic layers: dense projection, embedding, normalisation and the feed-forward block."""
+"""Basic layers: dense projection, embedding and the feed-forward block (its activation:
+activations.py; normalisations: normalization.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from transformer.model.activations import ACTIVATIONS
 from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import KeySeq, dropout
 
@@ -85,50 +87,8 @@ class Embed(nnx.Module):
         )
 
 
-class Norm(nnx.Module):
-    """LayerNorm (scale and bias) or RMSNorm (scale only), computed in float32."""
-
-    def __init__(self, d_model: int, *, kind: str, eps: float):
-        self.kind = kind
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((d_model,), jnp.float32))
-        self.bias = nnx.Param(jnp.zeros((d_model,), jnp.float32)) if kind == "layernorm" else None
-
-    @jax.named_scope("norm")  # names its ops in profiles (profile_kinds.py)
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x32 = x.astype(jnp.float32)
-        if self.kind == "layernorm":
-            x32 = x32 - jnp.mean(x32, axis=-1, keepdims=True)
-        y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
-        y = y * self.scale[...]
-        if self.bias is not None:
-            y = y + self.bias[...]
-        return y
-
-
-def gelu(x: jax.Array) -> jax.Array:
-    """GELU in its exact form, x * Phi(x) with the normal CDF via erf (Hendrycks & Gimpel;
-    PyTorch's and Hugging Face's default). jax.nn.gelu alone would give the tanh form."""
-    return jax.nn.gelu(x, approximate=False)
-
-
-def gelu_tanh(x: jax.Array) -> jax.Array:
-    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return jax.nn.gelu(x, approximate=True)
-
-
-ACTIVATION_FNS = {
-    "relu": jax.nn.relu,
-    "gelu": gelu,
-    "gelu_tanh": gelu_tanh,
-    "silu": jax.nn.silu,  # x * sigmoid(x): Marian's swish
-    "swiglu": jax.nn.silu,
-    "geglu": gelu,
-}
-
-
 class FeedForward(nnx.Module):
-    """d_model -> d_ff -> d_model; gated variants compute act(x W1) * (x Wg) (Shazeer, 2020).
+    """d_model -> d_ff -> d_model; a gated activation's block computes act(x W1) * (x Wg).
 
     linear(d_in, d_out, **kw) makes its linear layers (a projection policy's, at the block's
     place in the network); the default is `Dense`."""
@@ -145,10 +105,11 @@ class FeedForward(nnx.Module):
         common = dict(
             use_bias=cfg.use_bias, dtype=_dtype(cfg), rngs=rngs, differentiation=differentiation
         )
+        activation = ACTIVATIONS[cfg.activation]
         self.wi = linear(cfg.d_model, cfg.d_ff, **common)
-        self.wg = linear(cfg.d_model, cfg.d_ff, **common) if cfg.gated else None
+        self.wg = linear(cfg.d_model, cfg.d_ff, **common) if activation.gated else None
         self.wo = linear(cfg.d_ff, cfg.d_model, init_scale=out_init_scale, **common)
-        self.act = ACTIVATION_FNS[cfg.activation]
+        self.act = activation(cfg, rngs=rngs)  # after the projections: their init unchanged
         self.activation_dropout_rate = cfg.activation_dropout_rate
 
     def __call__(self, x: jax.Array, keys: KeySeq | None) -> jax.Array:

@@ -10,8 +10,9 @@ nothing, and a scheme that contributes nothing adds nothing to the traced progra
 Adding a scheme is one class: subclass `PositionScheme`, override the hooks it needs (and
 `check` for the configs it cannot serve) and decorate it with `@register("name")`; then
 `model.position="name"` builds it, in training, in cached decoding and in every search
-(tests/test_position_schemes.py defines one in the test file alone). The formulas live in
-`transformer.model.position`.
+(tests/test_position_schemes.py defines one in the test file alone; a scheme in the user's
+own module reaches every command through `plugins.modules`, docs/extending.md). The formulas
+live in `transformer.model.position`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from transformer.common.registry import Registry
 from transformer.model.position import (
     alibi_bias,
     apply_rope,
@@ -36,20 +38,8 @@ if TYPE_CHECKING:
 
 Rotation = Callable[[jax.Array], jax.Array]  # queries or keys [B, T, H, D] -> rotated
 
-SCHEMES: dict[str, type[PositionScheme]] = {}  # model.position -> its class
-
-
-def register(name: str):
-    """Class decorator: makes the scheme available as model.position=name."""
-
-    def add(cls: type[PositionScheme]) -> type[PositionScheme]:
-        if name in SCHEMES and SCHEMES[name] is not cls:
-            raise ValueError(f"position scheme {name!r} is already registered")
-        cls.name = name
-        SCHEMES[name] = cls
-        return cls
-
-    return add
+SCHEMES = Registry("position")  # model.position -> its PositionScheme class
+register = SCHEMES.register  # class decorator: the scheme becomes model.position="name"
 
 
 class PositionScheme(nnx.Module):
@@ -172,8 +162,3 @@ class T5Relative(PositionScheme):
 @register("none")
 class NoPositions(PositionScheme):
     """No positional information: the encoder is permutation-equivariant."""
-
-
-def scheme_names() -> tuple[str, ...]:
-    """The registered schemes' names, built-in ones first."""
-    return tuple(SCHEMES)

@@ -21,7 +21,8 @@ from transformer.model.config import ModelConfig
 from transformer.model.differentiation import AUTODIFF, Differentiation
 from transformer.model.dropout import THREEFRY, DropoutBits, KeySeq, dropout
 from transformer.model.instrumentation import PLAIN, Instrumentation
-from transformer.model.layers import Embed, FeedForward, Norm, _dtype
+from transformer.model.layers import Embed, FeedForward, _dtype
+from transformer.model.normalization import NORMS, PLACEMENTS, Normalization, NormPlacement
 from transformer.model.position_schemes import SCHEMES, PositionScheme
 from transformer.model.projection_policy import TRAINED, ProjectionPolicy
 
@@ -29,17 +30,17 @@ Cache = list[dict[str, jax.Array]]  # per decoder layer: {'k', 'v'} [B, K, max_l
 
 
 class Sublayer(nnx.Module):
-    """Residual wrapper: Pre-LN x + drop(f(norm(x))) or Post-LN norm(x + drop(f(x)))."""
+    """Residual wrapper around a sublayer fn: its normalisation (model.norm_type) placed as
+    model.norm_position says (normalization.py), residual dropout on fn's output."""
 
-    def __init__(self, cfg: ModelConfig):
-        self.pre = cfg.norm_position == "pre"
-        self.norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps)
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.placement: NormPlacement = PLACEMENTS[cfg.norm_position](cfg)
+        self.norm: Normalization = NORMS[cfg.norm_type](cfg, rngs=rngs)
         self.dropout_rate = cfg.dropout_rate
 
     def __call__(self, x, fn, keys: KeySeq | None):
-        if self.pre:
-            return x + dropout(fn(self.norm(x)), self.dropout_rate, keys)
-        return self.norm(x + dropout(fn(x), self.dropout_rate, keys))
+        """x [B, T, d] -> [B, T, d]."""
+        return self.placement(x, fn, self.norm, lambda y: dropout(y, self.dropout_rate, keys))
 
 
 class EncoderBlock(nnx.Module):
@@ -57,8 +58,8 @@ class EncoderBlock(nnx.Module):
         attention = dict(layers, instrumentation=instrumentation, projections=projections)
         self.self_attention = Attention(cfg, place="encoder", **attention)
         self.ffn = FeedForward(cfg, linear=_linear(projections, "encoder"), **layers)
-        self.attention_sublayer = Sublayer(cfg)
-        self.ffn_sublayer = Sublayer(cfg)
+        self.attention_sublayer = Sublayer(cfg, rngs=rngs)
+        self.ffn_sublayer = Sublayer(cfg, rngs=rngs)
 
     def __call__(self, x, ctx: masks.SelfAttentionInputs, keys):
         def self_attend(h):
@@ -89,9 +90,9 @@ class DecoderBlock(nnx.Module):
         self.self_attention = Attention(cfg, place="step", **attention)
         self.cross_attention = Attention(cfg, place="step", kv_place="memory", **attention)
         self.ffn = FeedForward(cfg, linear=_linear(projections, "step"), **layers)
-        self.self_sublayer = Sublayer(cfg)
-        self.cross_sublayer = Sublayer(cfg)
-        self.ffn_sublayer = Sublayer(cfg)
+        self.self_sublayer = Sublayer(cfg, rngs=rngs)
+        self.cross_sublayer = Sublayer(cfg, rngs=rngs)
+        self.ffn_sublayer = Sublayer(cfg, rngs=rngs)
 
     def __call__(
         self,
@@ -182,9 +183,9 @@ class Transformer(nnx.Module):
                 for _ in range(cfg.num_decoder_layers)
             ]
         )
-        pre = cfg.norm_position == "pre"
-        self.encoder_norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps) if pre else None
-        self.decoder_norm = Norm(cfg.d_model, kind=cfg.norm_type, eps=cfg.norm_eps) if pre else None
+        placement = PLACEMENTS[cfg.norm_position]
+        self.encoder_norm = placement.stack_norm(cfg, rngs=rngs)  # None: the stack ends as is
+        self.decoder_norm = placement.stack_norm(cfg, rngs=rngs)
         self.output = projections.output(cfg, rngs=rngs)  # None: the tied embedding's
         self.output_bias = (  # added to the logits (Marian's final_logits_bias)
             nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32)) if cfg.output_bias else None

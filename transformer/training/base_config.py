@@ -13,7 +13,18 @@ def get_base_config() -> ml_collections.ConfigDict:
     config.data = _data_section()
     config.train = _train_section()
     config.decode = _decode_section()
+    config.plugins = _plugins_section()
     return config
+
+
+def _plugins_section() -> ml_collections.ConfigDict:
+    """The user's modules that register classes (positional schemes, activations, norms,
+    sampling filters) with the package's registries (docs/extending.md)."""
+    plugins = ml_collections.ConfigDict()
+    # Module names (importable: installed or on PYTHONPATH), imported before the config is
+    # validated, by every command that builds or restores the model from this config.
+    plugins.modules = ()
+    return plugins
 
 
 def _model_section() -> ml_collections.ConfigDict:
@@ -28,10 +39,12 @@ def _model_section() -> ml_collections.ConfigDict:
     model.num_encoder_layers = 6
     model.num_decoder_layers = 6
     model.d_ff = 2048
-    model.activation = "relu"  # relu | gelu (exact, erf) | gelu_tanh | silu | swiglu | geglu
-    model.norm_position = "post"  # pre | post
-    model.norm_type = "layernorm"  # layernorm | rmsnorm
-    model.position = "sinusoidal"  # sinusoidal | learned | rope | alibi | relative | none
+    # The next four name registered classes; the registries list the valid names (an unknown
+    # one is an error that lists them) and a module in plugins.modules can add more.
+    model.activation = "relu"  # model/activations.py ACTIVATIONS
+    model.norm_position = "post"  # model/normalization.py PLACEMENTS (Pre-LN or Post-LN)
+    model.norm_type = "layernorm"  # model/normalization.py NORMS
+    model.position = "sinusoidal"  # model/position_schemes.py SCHEMES
     model.max_len = 256  # longest source or target sequence, in tokens
     model.dropout_rate = 0.1
     model.attention_dropout_rate = 0.0
@@ -150,6 +163,10 @@ def _decode_section() -> ml_collections.ConfigDict:
     decode.temperature = 1.0
     decode.top_k = 0  # 0 = off
     decode.top_p = 1.0  # 1.0 = off
+    # More sampling filters, applied after min-length and temperature and before top-k and
+    # top-p, in the order given: comma-separated names registered in inference/filters.py
+    # FILTERS, each with its one number if it takes one, e.g. "min_p=0.05"; '' = none
+    decode.filters = ""
     decode.num_samples = 1
     decode.seed = 0
     decode.max_len_a = 1.5  # output length <= max_len_a * source_length + max_len_b

@@ -11,7 +11,9 @@ commits it (training/checkpoint_manifest.py, from Orbax's save thread), and ever
 checks it first. A complete checkpoint whose files are damaged later (truncated, deleted,
 garbled or with bytes flipped on disk) raises `UnreadableCheckpoint` naming the file; train.py
 then resumes from an older one and `set_aside` renames the damaged one to `<step>.unreadable`.
-A checkpoint saved before manifests were written restores unchecked, with a note.
+A checkpoint saved before manifests were written restores unchecked, with a note. In a
+multi-process run the processes pick that older one together (`agreed_steps`,
+`agreed_damage`: training/agreement.py), so damage only one process sees moves them all.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from orbax.checkpoint import checkpoint_managers as policies
 from orbax.checkpoint.path import atomicity_types
 
 from transformer.common.errors import UserError
+from transformer.training import agreement
 from transformer.training import checkpoint_manifest as manifest
 
 UNREADABLE_SUFFIX = ".unreadable"  # a damaged checkpoint set aside: <step>.unreadable
@@ -39,7 +42,8 @@ MANIFEST_KEY = "manifest"
 class UnreadableCheckpoint(UserError):
     """A complete (listed) checkpoint whose files cannot be read or fail their manifest:
     truncated, deleted, garbled or changed after its save. `step` names it, `reason` says
-    which file and how; `pick` is the flag that picks another of `others`."""
+    which file and how; `pick` is the flag that picks another of `others`. In a multi-process
+    run's agreed verdict, `process` is the process that found the damage."""
 
     def __init__(
         self,
@@ -48,8 +52,10 @@ class UnreadableCheckpoint(UserError):
         reason: str,
         others: list[int],
         pick: str = "--checkpoint=STEP",
+        process: int | None = None,
     ):
         self.directory, self.step, self.reason, self.others = directory, step, reason, others
+        self.process = process
         choice = (
             f"pick another with {pick}, one of {others}"
             if others
@@ -103,6 +109,39 @@ class Checkpointer:
 
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
+
+    def agreed_steps(self) -> list[int]:
+        """all_steps() as process 0 lists them, on every process: the candidates every process
+        of a run tries, in the same order, whatever its own listing shows (collective)."""
+        return agreement.process_zeros(self.all_steps())
+
+    def agreed_damage(self, step: int) -> UnreadableCheckpoint | None:
+        """Checkpoint `step`'s files checked by every process against the manifest, and the
+        verdicts gathered (collective): the damage the lowest-numbered process that found any
+        found, the same on every process, or None when they all found the files intact.
+        Nothing is restored before all agree: Orbax's restore ends in a barrier that a
+        process failing alone would never reach."""
+        import jax
+
+        found = agreement.first_report(self._local_damage(step))
+        if found is None:
+            return None
+        process, reason = found
+        others = [s for s in self.all_steps() if s != step]
+        several = jax.process_count() > 1
+        return UnreadableCheckpoint(
+            self.directory, step, reason, others, process=process if several else None
+        )
+
+    def _local_damage(self, step: int) -> str | None:
+        """Why this process cannot use checkpoint `step` (None: its files are intact)."""
+        if not os.path.isdir(self._step_dir(step)):  # listed by process 0 but not seen here
+            return f"{self._step_dir(step)} is missing"
+        try:
+            self._check_files(step)
+        except UnreadableCheckpoint as e:
+            return e.reason
+        return None
 
     def save(self, step: int, state: Any, data_state: dict, meta: dict, score: float | None):
         """score: the step's validation score (higher is better; None: not validated)."""

@@ -30,7 +30,7 @@ from transformer.model.flops import forward_flops
 from transformer.model.transformer import count_params
 from transformer.scoring import metrics as metrics_lib
 from transformer.training import checkpoint_manifest, run_config
-from transformer.training.checkpoint import Checkpointer, UnreadableCheckpoint
+from transformer.training.checkpoint import UNREADABLE_SUFFIX, Checkpointer, UnreadableCheckpoint
 from transformer.training.early_stopping import STOPPED_MESSAGE, EarlyStopping
 from transformer.training.logger import MetricsLogger
 from transformer.training.optim import make_optimizer
@@ -205,9 +205,12 @@ def _save_config(
 
 def _restore_or_init(run: _Run, model, state: TrainState) -> tuple[TrainState, int]:
     """(state, first step): the newest readable checkpoint's, or the fresh `state` from step
-    0 when there is no checkpoint."""
-    steps = run.checkpoints.all_steps()
+    0 when there is no checkpoint. Every process of a run tries the same steps (process 0's
+    listing) and resumes from the same one."""
+    steps = run.checkpoints.agreed_steps()
     if not steps:
+        # Rows of a start killed before its first checkpoint: those steps run again.
+        run.logger.truncate_after(0)
         _log_new_run(run, model)
         return state, 0
     return _restore_newest_readable(run, state, steps)
@@ -217,30 +220,61 @@ def _restore_newest_readable(run: _Run, state: TrainState, steps: list[int]):
     """(state, step) of the newest of `steps` whose files can be read. Newer ones that cannot
     (truncated, deleted or garbled after their save) are set aside with a warning each, so the
     run goes on from the older one and saves past them. None readable is an error, not a
-    fresh start: that would hide the damage and train a second run into the same workdir."""
+    fresh start: that would hide the damage and train a second run into the same workdir.
+
+    In a multi-process run the processes decide together: a step is skipped when any process
+    finds its files damaged, so all resume from the same step, never from different ones."""
     skipped = []
     for step in reversed(steps):
-        try:
-            restored = _restore(run, state, step)
-        except UnreadableCheckpoint as e:
-            skipped.append(e)
+        bad = run.checkpoints.agreed_damage(step)  # the same verdict on every process
+        if bad is None:
+            try:
+                restored = _restore(run, state, step)
+            except UnreadableCheckpoint as e:
+                bad = _unreadable_after_check(e)
+        if bad is not None:
+            skipped.append(bad)
             continue
-        for bad in skipped:
-            _set_aside(run, bad, step)
+        for unreadable in skipped:
+            _set_aside(run, unreadable, step)
         return restored, step
+    first = skipped[0]
     raise UserError(
         f"every checkpoint in {run.checkpoints.directory} is unreadable (steps {steps}; step "
-        f"{skipped[0].step}: {skipped[0].reason}); nothing was changed: to train from step 0 "
-        f"use a new --workdir (or delete {run.workdir}), or restore the files from a backup"
+        f"{first.step}{_on_process(first)}: {first.reason}); nothing was changed: to train "
+        f"from step 0 use a new --workdir (or delete {run.workdir}), or restore the files "
+        "from a backup"
     )
 
 
+def _unreadable_after_check(e: UnreadableCheckpoint) -> UnreadableCheckpoint:
+    """A checkpoint whose files passed the check but whose restore failed (one saved before
+    manifests were written, or a read error): in one process the next older one is tried;
+    in several, this process alone knows, and the others already wait in the barrier that
+    ends Orbax's restore, so it stops with one line."""
+    if jax.process_count() == 1:
+        return e
+    raise UserError(
+        f"checkpoint {e.step} in {e.directory} passed its check on every process but process "
+        f"{jax.process_index()} could not read it ({e.reason}); move it aside (rename it to "
+        f"{e.step}{UNREADABLE_SUFFIX}) or restore its files from a backup, then rerun"
+    )
+
+
+def _on_process(bad: UnreadableCheckpoint) -> str:
+    """' on process 1' where a multi-process run's verdict names the process; else ''."""
+    return "" if bad.process is None else f" on process {bad.process}"
+
+
 def _set_aside(run: _Run, bad: UnreadableCheckpoint, resumed: int) -> None:
-    """Renames unreadable checkpoint bad.step out of Orbax's sight; one warning line says so."""
+    """Renames unreadable checkpoint bad.step out of Orbax's sight; one warning line says so,
+    and in a multi-process run which process found the damage."""
     moved = run.checkpoints.set_aside(bad.step)
+    count = jax.process_count()
+    who = "the run continues" if count == 1 else f"all {count} processes continue"
     run.logger.log_text(
-        f"warning: checkpoint {bad.step} is unreadable ({bad.reason}), moved to {moved}; "
-        f"the run continues from step {resumed}",
+        f"warning: checkpoint {bad.step} is unreadable{_on_process(bad)} ({bad.reason}), "
+        f"moved to {moved}; {who} from step {resumed}",
         step=resumed,
         unreadable_step=bad.step,
     )

@@ -12,6 +12,7 @@ import ml_collections
 
 from transformer.common.errors import UserError
 from transformer.common.fileio import atomic_write
+from transformer.common.plugins import import_plugins
 from transformer.model.config import ModelConfig
 from transformer.model.dropout import BIT_SOURCES
 from transformer.training import early_stopping
@@ -74,8 +75,9 @@ class Validated:
 def validate(config: ml_collections.ConfigDict) -> Validated:
     """Rejects unknown sections/keys and invalid values with one-line errors; returns the
     model and decode settings it built on the way, so nothing builds them twice. Runs before
-    any work starts."""
+    any work starts; imports the config's plugins first, since they define names it checks."""
     _check_sections_and_keys(config)
+    import_plugins(config.plugins.modules, "the config")
     try:
         model_cfg = ModelConfig.from_dict(config.model)
     except (ValueError, TypeError) as e:
@@ -189,7 +191,7 @@ def load(workdir: str) -> ml_collections.ConfigDict:
 
 def load_file(path: str) -> ml_collections.ConfigDict:
     """A config saved as JSON by `save` (a run's config.json, or a copy of it), fields
-    added since filled as the run that saved it trained."""
+    added since filled as the run that saved it trained, its plugins imported."""
     with open(path) as f:
         values = json.load(f)
     config = _base()
@@ -204,6 +206,7 @@ def load_file(path: str) -> ml_collections.ConfigDict:
         # A run saved before train.dropout_bits existed drew its masks with threefry: a
         # resume on a GPU (where 'auto' means Philox) keeps drawing them so.
         config.train.dropout_bits = "threefry"
+    import_plugins(config.plugins.modules, path)
     return config
 
 

@@ -59,7 +59,9 @@ validation loss, the learning rate and its search, parameters, FLOPs per token, 
 tokens/s, wall time, failures), ``DIR/runs.csv`` (one row per run),
 ``DIR/valid_loss.png``, ``DIR/bleu.png`` and ``DIR/length_bleu.png`` (BLEU per source-length
 bucket); with an lr_grid, the grid's table in results.md, ``DIR/lr_grid.csv`` and
-``DIR/lr_valid_loss.png``.
+``DIR/lr_valid_loss.png``; ``DIR/sweep.json``, the Sweep the tables were written for. The
+command line then renders the study's page, ``DIR/results.html``, from these files
+(research/html).
 
 The parts: the config format, `grid` and `load_sweep` (spec), one `Run` per (variant, seed)
 and its files in the run directory, planned as the learning-rate search proceeds (runs), the

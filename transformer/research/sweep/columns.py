@@ -3,6 +3,8 @@ Markdown header (None: the CSV only), how its value is found, how its Markdown c
 written and when the Markdown table shows it. Both files and the Markdown table are rendered
 from the lists below, so a new statistic is one `Column` entry in one list, plus its value
 where `results.aggregate` builds a row (or a `value` function of the row's other figures).
+`read_csv` reads a written file back into the rows it was written from, so that the study's
+HTML page (research/html) renders the very cells of the Markdown table.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Column:
     spec: str = "{:.2f}"  # str.format of a plain cell; None is an empty cell
     shown: Callable[[Context], bool] = _always  # whether the Markdown table has it
     value: Callable[[dict], object] | None = None  # from the row's figures; default row[name]
+    text_field: bool = False  # a name or free text in the CSV, never read back as a number
 
     def title(self, context: Context) -> str:
         return self.header(context) if callable(self.header) else self.header
@@ -77,15 +80,48 @@ def write_csv(path: str, columns: list[Column], rows: list[dict]) -> None:
             writer.writerow({k: "" if row.get(k) is None else row[k] for k in names})
 
 
+def read_csv(path: str, columns: list[Column]) -> list[dict]:
+    """The rows `write_csv` wrote, each value as it was before: None for an empty field,
+    bools, ints and floats by their text, strings for `text_field` columns. A column the file
+    lacks (one written before the column existed) is None in every row."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    kinds = {c.name: c.text_field for c in columns}
+    return [
+        complete(columns, {k: _parsed(v, kinds.get(k, False)) for k, v in row.items()})
+        for row in rows
+    ]
+
+
+def _parsed(text: str | None, text_field: bool):
+    if text is None or text == "":
+        return None
+    if text_field:
+        return text
+    if text in ("True", "False"):
+        return text == "True"
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return text
+
+
+def shown(columns: list[Column], context: Context) -> list[Column]:
+    """The columns a rendered table has, in order: those with a header the study measures."""
+    return [c for c in columns if c.header is not None and c.shown(context)]
+
+
 def markdown(columns: list[Column], rows: list[dict], context: Context) -> list[str]:
     """The header, the separator and one line per row of the columns shown."""
-    shown = [c for c in columns if c.header is not None and c.shown(context)]
+    shown_columns = shown(columns, context)
     lines = [
-        "| " + " | ".join(c.title(context) for c in shown) + " |",
-        "|" + "---|" * len(shown),
+        "| " + " | ".join(c.title(context) for c in shown_columns) + " |",
+        "|" + "---|" * len(shown_columns),
     ]
     for row in rows:
-        lines.append("| " + " | ".join(c.text(row, context) for c in shown) + " |")
+        lines.append("| " + " | ".join(c.text(row, context) for c in shown_columns) + " |")
     return lines
 
 
@@ -235,8 +271,8 @@ def _has_grid(context: Context) -> bool:
 
 # The per-variant table: results.csv, and results.md's columns in this order.
 TABLE: list[Column] = [
-    Column("variant", "variant", _variant),
-    Column("overrides", "overrides", _overrides),
+    Column("variant", "variant", _variant, text_field=True),
+    Column("overrides", "overrides", _overrides, text_field=True),
     Column("runs"),
     Column("bleu_mean", "BLEU (mean ± 95% t)", _mean_pm("bleu_mean", "bleu_tci")),
     Column("bleu_std", "seed sd"),
@@ -298,7 +334,7 @@ TABLE: list[Column] = [
     Column("lr_scale"),
     Column("lr_sensitivity", "valid-loss spread over lr grid", _sensitivity, shown=_has_grid),
     Column("lr_grid_complete"),
-    Column("lr_grid_edge"),
+    Column("lr_grid_edge", text_field=True),
     Column("params", "params", spec="{:,}"),
     Column("flops_per_token", "MFLOPs/token", _mflops),
     Column("tokens_per_s", "train tok/s", spec="{:,.0f}"),
@@ -306,18 +342,18 @@ TABLE: list[Column] = [
     Column("done", "done", _done),
     Column("diverged", "diverged", spec="{}"),
     Column("failed", "failed", spec="{}"),
-    Column("outliers", "outlier runs", spec="{}", shown=_has_outliers),
+    Column("outliers", "outlier runs", spec="{}", shown=_has_outliers, text_field=True),
 ]
 
 # One row per run: runs.csv.
 RUNS: list[Column] = [
-    Column("variant"),
+    Column("variant", text_field=True),
     Column("seed"),
-    Column("role"),
+    Column("role", text_field=True),
     Column("lr_scale"),
     Column("learning_rate"),
     Column("reported"),
-    Column("status"),
+    Column("status", text_field=True),
     Column("bleu"),
     Column("chrf"),
     Column("bleu_delta"),
@@ -330,10 +366,10 @@ RUNS: list[Column] = [
     Column("flops_per_token"),
     Column("tokens_per_s"),
     Column("wall_s"),
-    Column("error"),
-    Column("outlier"),
+    Column("error", text_field=True),
+    Column("outlier", text_field=True),
 ]
 
 # One row per (variant, learning-rate grid point): lr_grid.csv. Its Markdown table has a
 # column per grid point instead (lr_grid.markdown).
-LR_GRID: list[Column] = [Column(name) for name in lr_grid.CSV_COLUMNS]
+LR_GRID: list[Column] = [Column(name, text_field=name == "variant") for name in lr_grid.CSV_COLUMNS]

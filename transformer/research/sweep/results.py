@@ -1,7 +1,7 @@
 """A sweep's results: each run's summary (from its status.json, eval JSON and metrics.jsonl)
 aggregated per variant over seeds, written as DIR/results.csv, DIR/results.md and
-DIR/runs.csv, with the plots DIR/valid_loss.png and DIR/bleu.png; `readme_block` turns
-results.md into a README section."""
+DIR/runs.csv beside the Sweep itself (DIR/sweep.json), with the plots DIR/valid_loss.png and
+DIR/bleu.png; `readme_block` turns results.md into a README section."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from transformer.common.errors import UserError
 from transformer.common.metrics_file import METRICS_FILE, read_metrics
 from transformer.research.sweep import columns, lr_grid, plots, provenance_check
 from transformer.research.sweep.runs import Run, is_finished, read_eval, read_status
-from transformer.research.sweep.spec import Sweep, short_value
+from transformer.research.sweep.spec import Sweep, save_sweep, short_value
 from transformer.research.sweep.versus_baseline import versus_baseline
 from transformer.scoring.outliers import THRESHOLD as OUTLIER_THRESHOLD
 from transformer.scoring.outliers import outlier_runs
@@ -271,6 +271,7 @@ def write_report(
     mixed = provenance_check.check(runs, allow_mixed)
     table, per_run = aggregate(sweep, runs)
     os.makedirs(workdir, exist_ok=True)
+    save_sweep(sweep, workdir)
     columns.write_csv(os.path.join(workdir, "results.csv"), columns.TABLE, table)
     columns.write_csv(os.path.join(workdir, "runs.csv"), columns.RUNS, per_run)
     reported = [r for r in per_run if r["reported"]]

@@ -183,9 +183,8 @@ def _plan_run(
     variant = sweep.variants[name]
     overrides = {**sweep.overrides, **variant, "train.seed": seed}
     learning_rate = _learning_rate(base_path, overrides)
-    where = os.path.join(workdir, name, str(seed))
+    where = run_dir(workdir, name, seed, scale)
     if scale != 1.0:
-        where = os.path.join(workdir, name, f"lr_{scale_label(scale)}", str(seed))
         if learning_rate is not None:
             learning_rate *= scale
             overrides["train.learning_rate"] = learning_rate
@@ -206,6 +205,14 @@ def _plan_run(
     )
     _resolve_run_config(run)
     return run
+
+
+def run_dir(workdir: str, name: str, seed: int, scale: float) -> str:
+    """Where the run of variant `name` at `seed` and learning-rate scale `scale` lives:
+    DIR/<variant>/<seed>, DIR/<variant>/lr_x<scale>/<seed> off scale 1."""
+    if scale == 1.0:
+        return os.path.join(workdir, name, str(seed))
+    return os.path.join(workdir, name, f"lr_{scale_label(scale)}", str(seed))
 
 
 def _learning_rate(base_path: str, overrides: dict) -> float | None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 from collections.abc import Iterable, Mapping
 
 from transformer.common.errors import UserError
+from transformer.common.fileio import atomic_write
 from transformer.research.sweep.lr_grid import LrGrid, check_lr_grid
 from transformer.training import run_config
 
@@ -31,6 +33,7 @@ KNOWN_FIELDS = {
     "aa_arm",
 }
 AA_SEED_OFFSET = 1000  # the A/A arm's seeds: the sweep's own plus this, disjoint from them
+SWEEP_FILE = "sweep.json"  # the Sweep a study's tables were written for, in its directory
 
 
 def grid(*dicts: Mapping[str, Iterable], **axes: Iterable) -> dict[str, dict]:
@@ -319,3 +322,32 @@ def load_sweep(path: str) -> Sweep:
         aa_variant=aa_name,
         variant_seeds=variant_seeds,
     )
+
+
+def save_sweep(sweep: Sweep, workdir: str) -> None:
+    """DIR/sweep.json: the Sweep as loaded, so that the study's files can be read again (its
+    HTML page) without the config file, which may have changed since."""
+    fields = dataclasses.asdict(sweep)
+    if sweep.references:
+        fields["references"] = os.path.abspath(sweep.references)
+    text = json.dumps(fields, indent=2, sort_keys=True, default=str) + "\n"
+    atomic_write(os.path.join(workdir, SWEEP_FILE), text)
+
+
+def read_saved_sweep(workdir: str) -> Sweep | None:
+    """The Sweep of DIR/sweep.json (None where the file is absent)."""
+    path = os.path.join(workdir, SWEEP_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            fields = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}; rerun transformer-sweep --report_only") from None
+    try:
+        fields["lr_grid"] = LrGrid(**fields["lr_grid"])
+        return Sweep(**fields)
+    except (KeyError, TypeError) as e:
+        raise UserError(
+            f"{path} is not a sweep description ({e}); rerun transformer-sweep --report_only"
+        ) from None
