@@ -83,6 +83,8 @@ class NormPlacement(nnx.Module):
     """Where a sublayer's normalisation sits: its residual step and the stacks' final norm."""
 
     name: ClassVar[str] = ""
+    # Appended to the remedies of a run whose loss turned non-finite ('' for none).
+    divergence_remedy: ClassVar[str] = ""
 
     def __init__(self, cfg: ModelConfig):
         pass
@@ -117,6 +119,9 @@ class PreNorm(NormPlacement):
 @PLACEMENTS.register("post")
 class PostNorm(NormPlacement):
     """Post-LN (Vaswani et al.): norm(x + drop(fn(x)))."""
+
+    # Pre-LN is the usual cure for a Post-LN run that diverges early.
+    divergence_remedy = "use model.norm_position='pre'"
 
     def __call__(self, x, fn, norm, drop):
         return norm(x + drop(fn(x)))

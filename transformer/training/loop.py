@@ -27,6 +27,7 @@ from transformer.data import DataBundle, load_split, make_datasets
 from transformer.inference.translator import DecodeSettings, Translator
 from transformer.model.config import ModelConfig
 from transformer.model.flops import forward_flops
+from transformer.model.normalization import PLACEMENTS
 from transformer.model.transformer import count_params
 from transformer.scoring import metrics as metrics_lib
 from transformer.training import checkpoint_manifest, run_config
@@ -478,10 +479,11 @@ def _last_good_checkpoint(checkpoints: Checkpointer) -> str:
 
 
 def _divergence_remedies(model_cfg: ModelConfig) -> str:
-    """What to change: Pre-LN is the usual cure for a Post-LN run that diverges early, so it
-    is suggested to Post-LN runs only."""
-    if model_cfg.norm_position == "post":
-        return "lower train.learning_rate, add warmup or use model.norm_position='pre'"
+    """What to change: the learning rate and warmup, and what the run's norm placement adds
+    (Pre-LN to a Post-LN run)."""
+    extra = PLACEMENTS[model_cfg.norm_position].divergence_remedy
+    if extra:
+        return f"lower train.learning_rate, add warmup or {extra}"
     return "lower train.learning_rate or add warmup"
 
 
