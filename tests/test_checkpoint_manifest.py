@@ -315,3 +315,14 @@ def test_the_cost_benchmark_dry_run(capsys):
         "checkpoint_mb",
     }
     assert all(r["value"] > 0 for r in records), records
+
+
+def test_an_average_is_offered_only_windows_that_leave_the_damaged_step_out():
+    """Windows of 2 over checkpoints 10..40 with 20 damaged: those ending at 20 and 30 hold
+    it, the one ending at 10 is short, so only 40 is offered; windows of 4 hold it always."""
+    from transformer.evaluation.restore import _windows_without
+
+    steps = [10, 20, 30, 40]
+    assert _windows_without(steps, 20, 2) == [40]
+    assert _windows_without(steps, 20, 1) == [10, 30, 40]
+    assert _windows_without(steps, 20, 4) == []

@@ -18,7 +18,7 @@ from transformer.common.errors import UserError
 from transformer.data import make_datasets
 from transformer.inference.translator import Translator
 from transformer.training import run_config
-from transformer.training.checkpoint import Checkpointer
+from transformer.training.checkpoint import Checkpointer, UnreadableCheckpoint
 from transformer.training.run_state import build_model, check_tokenizers
 
 
@@ -87,12 +87,37 @@ def _default_checkpoint(config, which: str) -> str:
     return "best" if config.train.get("early_stopping_patience", 0) > 0 else "latest"
 
 
+def _restore_member(checkpoints: Checkpointer, steps: list[int], step: int, abstract_params):
+    """One checkpoint of an average; a damaged one names the newest steps whose windows of
+    len(steps) leave it out (a window of one is an ordinary pick of another checkpoint)."""
+    try:
+        return checkpoints.restore_params(step, abstract_params)
+    except UnreadableCheckpoint as e:
+        if len(steps) == 1:
+            raise
+        clear = _windows_without(checkpoints.all_steps(), e.step, len(steps))
+        if not clear:
+            raise UserError(
+                f"checkpoint {e.step} in {e.directory} is unreadable ({e.reason}); no "
+                f"{len(steps)} checkpoints in a row leave it out: lower --average_last"
+            ) from None
+        pick = f"--checkpoint=STEP as the newest of the {len(steps)} averaged"
+        raise UnreadableCheckpoint(e.directory, e.step, e.reason, clear, pick=pick) from None
+
+
+def _windows_without(all_steps: list[int], damaged: int, size: int) -> list[int]:
+    """The steps t whose averaging window (the `size` checkpoints up to t) is full and leaves
+    out `damaged`."""
+    windows = {t: [s for s in all_steps if s <= t][-size:] for t in all_steps}
+    return [t for t, w in windows.items() if len(w) == size and damaged not in w]
+
+
 def _average_params(checkpoints: Checkpointer, steps: list[int], abstract_params):
     """The mean of the parameters of `steps`, restored one checkpoint at a time into one
     float64 running sum; returns (float32 params, {step: checkpoint metadata})."""
     total, metas = None, {}
     for step in steps:
-        params, metas[step] = checkpoints.restore_params(step, abstract_params)
+        params, metas[step] = _restore_member(checkpoints, steps, step, abstract_params)
         params = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
         total = params if total is None else jax.tree.map(np.add, total, params)
         del params
