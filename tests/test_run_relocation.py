@@ -161,3 +161,25 @@ def test_strict_vocab_refuses_such_a_prefix_in_one_line(trained_run):
         "error: input line 2: the target prefix has characters outside the target vocabulary "
         "('Ü', '4', '2'); remove or replace them (without --strict_vocab they become <unk>)"
     ]
+
+
+@pytest.mark.slow
+def test_eval_strict_vocab_refuses_such_a_prefix_file_in_one_line(trained_run, tmp_path):
+    """eval.py --prefix takes the same option: the planted prefix on source line 2 of the
+    test split is refused before anything is translated; without it, a warning."""
+    workdir = trained_run[0]
+    (tmp_path / "src.txt").write_text("The boy sees the dog.\nThe girl reads.\n")
+    (tmp_path / "ref.txt").write_text("Der Hund sieht.\nDas Mädchen liest.\n")
+    (tmp_path / "prefix.txt").write_text("Der\nÜbrigens, 42 Zebras\n")
+    files = [f"--{k}={tmp_path / k}.txt" for k in ("src", "ref", "prefix")]
+    args = ["eval.py", "--workdir", workdir, *files, "--name", "planted"]
+    strict = run([*args, "--strict_vocab"])
+    assert strict.returncode == 2 and "Traceback" not in strict.stderr
+    errors = [line for line in strict.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: input line 2: the target prefix has characters outside the target vocabulary "
+        "('Ü', '4', '2'); remove or replace them (without --strict_vocab they become <unk>)"
+    ]
+    lenient = run(args)
+    assert lenient.returncode == 0, lenient.stderr[-3000:]
+    assert any("line 2: the target prefix" in line for line in lenient.stderr.splitlines())

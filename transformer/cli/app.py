@@ -20,6 +20,16 @@ def distributed_flags():
     )
 
 
+def strict_vocab_flag():
+    """--strict_vocab of the commands that take target prefixes or constraint phrases."""
+    flags.DEFINE_bool(
+        "strict_vocab",
+        False,
+        "A prefix or constraint phrase with characters outside the target vocabulary is an "
+        "error naming the line, not a warning (they would become <unk>).",
+    )
+
+
 def initialize_distributed(FLAGS) -> None:  # noqa: N803 - absl's FLAGS object
     import jax
 

@@ -24,7 +24,7 @@ import sys
 
 from absl import flags
 
-from transformer.cli.app import config_override_args, run_cli
+from transformer.cli.app import config_override_args, run_cli, strict_vocab_flag
 
 flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
 flags.DEFINE_string(
@@ -47,12 +47,7 @@ flags.DEFINE_bool(
     "Input lines are SOURCE<TAB>PHRASE<TAB>PHRASE...: every translation holds every PHRASE "
     "(beam search with lexical constraints).",
 )
-flags.DEFINE_bool(
-    "strict_vocab",
-    False,
-    "A prefix or constraint phrase with characters outside the target vocabulary is an error "
-    "naming the line, not a warning (they would become <unk>).",
-)
+strict_vocab_flag()
 flags.DEFINE_list(
     "ensemble",
     [],

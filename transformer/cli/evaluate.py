@@ -3,7 +3,7 @@
     python eval.py --workdir DIR [--checkpoint auto|latest|best|STEP] [--split test]
         [--src FILE --ref FILE] [--average_last N] [--longer_than N|train]
         [--length_buckets 10,20,30,40] [--score_references] [--prefix FILE | --constraints FILE]
-        [--ensemble DIR[:STEP],...]
+        [--strict_vocab] [--ensemble DIR[:STEP],...]
         [--config.decode.field=value ...]
 
 Translates the whole split (nothing filtered out), detokenizes, scores against the raw
@@ -17,7 +17,7 @@ import sys
 
 from absl import flags
 
-from transformer.cli.app import config_override_args, run_cli
+from transformer.cli.app import config_override_args, run_cli, strict_vocab_flag
 from transformer.scoring.length_buckets import DEFAULT_EDGES, bucket_label
 
 flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
@@ -68,6 +68,7 @@ flags.DEFINE_list(
     "Other runs (DIR or DIR:latest|best|STEP, comma-separated) decoding with --workdir's as an "
     "ensemble: the mean of the members' log-probabilities at every step.",
 )
+strict_vocab_flag()
 FLAGS = flags.FLAGS
 
 
@@ -88,6 +89,7 @@ def _main(argv):
         score_references=FLAGS.score_references,
         prefix=FLAGS.prefix,
         constraints=FLAGS.constraints,
+        strict_vocab=FLAGS.strict_vocab,
         ensemble=tuple(FLAGS.ensemble),
         command=" ".join(["python", *(shlex.quote(a) for a in sys.argv)]),
     )

@@ -51,6 +51,7 @@ def evaluate(
     score_references: bool = False,
     prefix: str | None = None,
     constraints: str | None = None,
+    strict_vocab: bool = False,
     ensemble: tuple[str, ...] = (),
     command: str | None = None,
 ) -> Evaluation:
@@ -69,7 +70,8 @@ def evaluate(
     prefix: a file of target prefixes, one per source line ('' for none): each translation
     starts with its line's prefix (record['prefix_file']). constraints: a file of
     tab-separated phrases per source line every translation of that line holds
-    (record['constraints_file']; beam search).
+    (record['constraints_file']; beam search). Their characters outside the target
+    vocabulary are a warning per line, with strict_vocab a one-line error.
     ensemble: other runs' 'DIR[:latest|best|STEP]' decoding with this one as an ensemble
     (evaluation.ensemble; record['ensemble'] lists every member's workdir and step).
     """
@@ -91,7 +93,7 @@ def evaluate(
     if phrases is not None:
         phrases = [line.split("\t") for line in phrases]
     translations = run.translator.translate(
-        run.params, sources, prefixes=prefixes, constraints=phrases
+        run.params, sources, prefixes=prefixes, constraints=phrases, strict_vocab=strict_vocab
     )
     elapsed = time.perf_counter() - start
     hypotheses = translations.best
