@@ -370,8 +370,13 @@ def export_marian(
 ) -> Exported:
     """Writes the run's checkpoint as a MarianMTModel directory in out_dir and, if given, as
     a CTranslate2 model directory in ctranslate2_dir."""
-    _check_export_packages(ctranslate2_dir, quantization)
-    run = load_run_weights(workdir, checkpoint, check=_check_marian)
+
+    def check(model_cfg) -> None:
+        """What Marian cannot express first (no package fixes it), then what is missing."""
+        _check_marian(model_cfg)
+        _check_export_packages(ctranslate2_dir, quantization)
+
+    run = load_run_weights(workdir, checkpoint, check=check)
     vocab = marian_vocab.marian_vocab(run.source_tokenizer, run.target_tokenizer)
     notes = []
     if run.model_cfg.norm_eps != marian.HF_NORM_EPS:
