@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -125,3 +126,25 @@ def cached_logits(model, src, tgt_in):
         )
         steps.append(logits)
     return jnp.concatenate(steps, axis=1)
+
+
+def next_token_logits(model, source: list[int], prefix: list[int], pad_to: int = 16):
+    """Logits [V] of the token after BOS + prefix given source, by one full forward pass (no
+    cache): the naive reference of the searches. Compiled once per model and source length:
+    the target is padded to `pad_to` (with EOS), which cannot change the logits read at the
+    prefix's end because the decoder is causal."""
+    import jax.numpy as jnp
+
+    from transformer.common.special_ids import BOS_ID, EOS_ID
+
+    assert len(prefix) < pad_to, (prefix, pad_to)
+    tgt_in = [BOS_ID, *prefix] + [EOS_ID] * (pad_to - 1 - len(prefix))
+    src = jnp.asarray([source], jnp.int32)
+    return _full_forward()(model, src, jnp.asarray([tgt_in], jnp.int32))[0, len(prefix)]
+
+
+@functools.cache
+def _full_forward():
+    from flax import nnx
+
+    return nnx.jit(lambda model, src, tgt_in: model(src, tgt_in))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.helpers import fast_subset, tiny_model_config
+from tests.helpers import fast_subset, next_token_logits, tiny_model_config
 from transformer import Transformer
-from transformer.common.special_ids import BOS_ID, EOS_ID
+from transformer.common.special_ids import EOS_ID
 from transformer.inference.translator import DecodeSettings, Translator
 from transformer.model.ensemble import Ensemble
 
@@ -45,9 +45,7 @@ def test_copies_of_one_model_decode_as_that_model(copies, strategy):
 def _mean_logp(members, src, prefix) -> jax.Array:
     """The members' mean log-probabilities of the next token after prefix, by full forward
     passes (no cache)."""
-    src = jnp.asarray([src], jnp.int32)
-    tgt_in = jnp.asarray([[BOS_ID, *prefix]], jnp.int32)
-    logps = [jax.nn.log_softmax(m(src, tgt_in)[0, -1]) for m in members]
+    logps = [jax.nn.log_softmax(next_token_logits(m, src, prefix)) for m in members]
     return jnp.mean(jnp.stack(logps), axis=0)
 
 

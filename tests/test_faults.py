@@ -567,6 +567,14 @@ def test_every_checkpoint_unreadable_is_a_one_line_error(trained_run, tmp_path):
     assert open(os.path.join(workdir, "metrics.jsonl"), "rb").read() == metrics
 
 
+def with_decode_files(args: list[str], tmp_path) -> list[str]:
+    """args, with an input file of one line and an output path added when they run decode.py."""
+    if args[0] != "decode.py":
+        return args
+    (tmp_path / "in.txt").write_text("the dog sleeps\n")
+    return [*args, "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
+
+
 @pytest.mark.parametrize("script", fast_subset(["eval.py", "decode.py"], ["eval.py"]))
 def test_eval_and_decode_name_an_unreadable_checkpoint(trained_run, tmp_path, script):
     """eval.py/decode.py on a run whose latest checkpoint is damaged (every array file cut to
@@ -575,10 +583,7 @@ def test_eval_and_decode_name_an_unreadable_checkpoint(trained_run, tmp_path, sc
     workdir = copy_run(trained_run, tmp_path)
     for path in array_files(workdir, 20):
         _truncate(path)
-    args = [script, "--workdir", workdir]
-    if script == "decode.py":
-        (tmp_path / "in.txt").write_text("the dog sleeps\n")
-        args += ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
+    args = with_decode_files([script, "--workdir", workdir], tmp_path)
     proc = run(args)
     checkpoints = re.escape(os.path.join(os.path.abspath(workdir), "checkpoints"))
     assert_one_line_error(
@@ -624,10 +629,7 @@ def test_eval_decode_averaging_and_ensembles_name_a_flipped_byte(trained_run, tm
     damaged = copy_run(trained_run, tmp_path / "damaged")
     intact = copy_run(trained_run, tmp_path / "intact")
     name = DAMAGE["array_file_byte_flipped"](damaged, step)
-    args = [a.format(damaged=damaged, intact=intact) for a in template]
-    if args[0] == "decode.py":
-        (tmp_path / "in.txt").write_text("the dog sleeps\n")
-        args += ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
+    args = with_decode_files([a.format(damaged=damaged, intact=intact) for a in template], tmp_path)
     proc = run(args)
     checkpoints = re.escape(os.path.join(os.path.abspath(damaged), "checkpoints"))
     assert_one_line_error(

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.helpers import tiny_config, tiny_model_config
+from tests.helpers import next_token_logits, tiny_config, tiny_model_config
 from tests.test_translate import cached_logits
 from transformer import Transformer, restore_run, train_and_evaluate
-from transformer.common.special_ids import BOS_ID, EOS_ID
+from transformer.common.special_ids import EOS_ID
 from transformer.inference.translator import Translator
 from transformer.model.position_schemes import SCHEMES, PositionScheme, register
 from transformer.training.logger import read_metrics
@@ -76,14 +76,13 @@ def test_cached_decoding_equals_the_full_pass():
 
 def brute_force_greedy(model, source: list[int], max_out: int) -> list[int]:
     """Greedy decoding by full forward passes over the growing prefix (no cache)."""
-    src = jnp.asarray([source], jnp.int32)
-    out = [BOS_ID]
+    out = []
     for _ in range(max_out):
-        token = int(jnp.argmax(model(src, jnp.asarray([out], jnp.int32))[0, -1]))
+        token = int(jnp.argmax(next_token_logits(model, source, out, pad_to=max_out + 1)))
         if token == EOS_ID:
             break
         out.append(token)
-    return out[1:]
+    return out
 
 
 @pytest.mark.slow

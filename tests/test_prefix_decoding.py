@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.helpers import fast_subset, tiny_model_config
+from tests.helpers import fast_subset, next_token_logits, tiny_model_config
 from transformer import Transformer
 from transformer.common.errors import UserError
 from transformer.common.special_ids import BOS_ID, EOS_ID
@@ -50,9 +50,7 @@ def _naive_greedy(model, src, prefix, limit) -> list[int]:
         if len(out) == limit - 1:
             out.append(EOS_ID)
             break
-        tgt_in = jnp.asarray([[BOS_ID, *out]], jnp.int32)
-        logits = model(jnp.asarray([src], jnp.int32), tgt_in)[0, -1]
-        out.append(int(jnp.argmax(logits)))
+        out.append(int(jnp.argmax(next_token_logits(model, src, out, pad_to=limit))))
     return out
 
 

@@ -216,6 +216,18 @@ def test_eval_bleu_equals_sacrebleu_cli(trained_run):
     assert n_ref == record["sentences"] == 40  # the whole split, nothing filtered
 
 
+SAMPLING = ("--strategy=sample", "--temperature=1.5")
+
+
+def decode_file(workdir: str, src, out, *decode_flags: str) -> bytes:
+    """decode.py on the file src into out, each of decode_flags a `--config.decode.` setting
+    without that prefix ("--seed=1"); returns what it wrote."""
+    settings = [f"--config.decode.{flag[2:]}" for flag in decode_flags]
+    args = ["decode.py", "--workdir", workdir, "--input", str(src), "--output", str(out)]
+    run(args + settings, check=True)
+    return out.read_bytes()
+
+
 @pytest.mark.slow
 def test_decode_cli_is_reproducible_and_keeps_empty_lines(trained_run, tmp_path):
     lines = ["The clever boy sees the dog.", "", "A red cat sleeps in the house."]
@@ -223,23 +235,9 @@ def test_decode_cli_is_reproducible_and_keeps_empty_lines(trained_run, tmp_path)
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     outputs = []
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
-        out = tmp_path / f"{name}.txt"
-        run(
-            [
-                "decode.py",
-                "--workdir",
-                trained_run,
-                "--input",
-                str(src),
-                "--output",
-                str(out),
-                "--config.decode.strategy=sample",
-                "--config.decode.temperature=1.5",
-                f"--config.decode.seed={seed}",
-            ],
-            check=True,
+        outputs.append(
+            decode_file(trained_run, src, tmp_path / f"{name}.txt", *SAMPLING, f"--seed={seed}")
         )
-        outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
     assert outputs[0] != outputs[2]
     decoded = outputs[0].decode().split("\n")
@@ -254,23 +252,8 @@ def test_decode_cli_samples_do_not_depend_on_batch_size(trained_run, tmp_path):
     outputs = {}
     for batch_size in (1, 2, 3, 64):
         out = tmp_path / f"out{batch_size}.txt"
-        run(
-            [
-                "decode.py",
-                "--workdir",
-                trained_run,
-                "--input",
-                str(src),
-                "--output",
-                str(out),
-                "--config.decode.strategy=sample",
-                "--config.decode.num_samples=3",
-                "--config.decode.temperature=1.5",
-                f"--config.decode.batch_size={batch_size}",
-            ],
-            check=True,
-        )
-        outputs[batch_size] = out.read_bytes()
+        flags = (*SAMPLING, "--num_samples=3", f"--batch_size={batch_size}")
+        outputs[batch_size] = decode_file(trained_run, src, out, *flags)
     assert len(set(outputs.values())) == 1, outputs
     assert len(outputs[1].decode().splitlines()) == 3 * len(lines)
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from transformer.common.errors import UserError
 from transformer.common.special_ids import BOS_ID, EOS_ID, UNK_ID
+from transformer.interop.expressible import check_expressible
 from transformer.interop.extras import optional_import
 from transformer.interop.marian import flat_params
 
@@ -49,19 +50,7 @@ SUPPORTED_FIELDS = (
 
 def check_compatible(model_cfg) -> None:
     """Raises UserError naming the first field this CTranslate2 mapping cannot express."""
-    for field, supported in SUPPORTED_FIELDS:
-        value = getattr(model_cfg, field)
-        if value not in supported:
-            needs = " or ".join(repr(v) for v in supported)
-            raise UserError(
-                f"model.{field}={value!r} has no CTranslate2 equivalent in this export; it "
-                f"needs model.{field}={needs}"
-            )
-    if model_cfg.num_kv_heads not in (None, model_cfg.num_heads):
-        raise UserError(
-            f"model.num_kv_heads={model_cfg.num_kv_heads} (grouped-query attention) has no "
-            f"CTranslate2 equivalent in this export; it needs model.num_kv_heads=None"
-        )
+    check_expressible(model_cfg, SUPPORTED_FIELDS, "CTranslate2", "this export")
 
 
 def translate_options(model_cfg) -> dict:

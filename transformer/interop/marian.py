@@ -33,6 +33,7 @@ import numpy as np
 
 from transformer.common.errors import UserError
 from transformer.common.special_ids import BOS_ID, EOS_ID, PAD_ID
+from transformer.interop.expressible import check_expressible
 from transformer.interop.extras import optional_import
 
 # Our activation name -> the ACT2FN name computing the same function in transformers.
@@ -44,14 +45,15 @@ FROM_HF_ACTIVATIONS = {
     "silu": "silu",
 }
 
-# (field, value Marian needs) for the fields compared by equality.
-REQUIRED_FIELDS = (
-    ("norm_position", "post"),
-    ("norm_type", "layernorm"),
-    ("position", "sinusoidal"),
-    ("share_embeddings", True),
-    ("tie_output", True),
-    ("use_bias", True),
+# (field, the values Marian can express) for the fields it constrains.
+MARIAN_FIELDS = (
+    ("norm_position", ("post",)),
+    ("norm_type", ("layernorm",)),
+    ("position", ("sinusoidal",)),
+    ("share_embeddings", (True,)),
+    ("tie_output", (True,)),
+    ("use_bias", (True,)),
+    ("activation", tuple(HF_ACTIVATIONS)),
 )
 
 # Our sublayer norm -> HF LayerNorm, per stack.
@@ -77,24 +79,7 @@ BIAS_NAME = "final_logits_bias"
 
 def check_compatible(model_cfg) -> None:
     """Raises UserError naming the first field MarianMTModel cannot express, and its value."""
-    for field, needed in REQUIRED_FIELDS:
-        value = getattr(model_cfg, field)
-        if value != needed:
-            raise UserError(
-                f"model.{field}={value!r} has no MarianMTModel equivalent; "
-                f"Marian needs model.{field}={needed!r}"
-            )
-    if model_cfg.num_kv_heads not in (None, model_cfg.num_heads):
-        raise UserError(
-            f"model.num_kv_heads={model_cfg.num_kv_heads} (grouped-query attention) has no "
-            f"MarianMTModel equivalent; Marian needs model.num_kv_heads=None "
-            f"(or {model_cfg.num_heads})"
-        )
-    if model_cfg.activation not in HF_ACTIVATIONS:
-        raise UserError(
-            f"model.activation={model_cfg.activation!r} has no MarianMTModel equivalent; "
-            f"Marian needs model.activation in {sorted(HF_ACTIVATIONS)}"
-        )
+    check_expressible(model_cfg, MARIAN_FIELDS, "MarianMTModel", "Marian")
 
 
 # MarianConfig's defaults for the config.json keys the import reads (a saved config may omit
