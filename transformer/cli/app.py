@@ -20,6 +20,25 @@ def distributed_flags():
     )
 
 
+def restore_flags():
+    """The flags of the commands that restore a run's parameters (eval.py, decode.py): the
+    run, its checkpoint, averaging and ensemble members."""
+    flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
+    flags.DEFINE_string(
+        "checkpoint",
+        "auto",
+        "latest, best (by validation score), a step, or auto: best for a run trained with "
+        "early stopping, else latest.",
+    )
+    flags.DEFINE_integer("average_last", 1, "Average the parameters of the last N checkpoints.")
+    flags.DEFINE_list(
+        "ensemble",
+        [],
+        "Other runs (DIR or DIR:latest|best|STEP, comma-separated) decoding with --workdir's "
+        "as an ensemble: the mean of the members' log-probabilities at every step.",
+    )
+
+
 def strict_vocab_flag():
     """--strict_vocab of the commands that take target prefixes or constraint phrases."""
     flags.DEFINE_bool(
@@ -55,6 +74,10 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
+# absl's help flags, given as -NAME or --NAME.
+HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "h", "?")
+
+
 def _parse_flags(argv, keep_config_overrides=False):
     """absl flag parsing with one-line errors (exit 2) instead of usage dumps or tracebacks."""
     try:
@@ -63,6 +86,10 @@ def _parse_flags(argv, keep_config_overrides=False):
             rest = [a for a in argv if not a.startswith("--config.")]
             return flags.FLAGS(rest) + overrides
         return flags.FLAGS(argv)
+    except SystemExit:  # absl printed the asked-for help, then exits 1: a success here
+        if any(a.lstrip("-") in HELP_FLAGS for a in argv[1:] if a.startswith("-")):
+            sys.exit(0)
+        raise
     except (AttributeError, KeyError) as e:  # ml_collections: an unknown --config.* key
         message = (
             f"unknown config key {_one_line(e)} in a --config.* override; "
@@ -127,7 +154,18 @@ def run_cli(main, *, config_overrides: bool = False) -> None:
         with exit_on_user_error():
             main(argv)
 
+    _list_flags_in_help(main.__module__)
     app.run(
         wrapped,
         flags_parser=lambda argv: _parse_flags(argv, keep_config_overrides=config_overrides),
     )
+
+
+def _list_flags_in_help(command_module: str) -> None:
+    """absl's --help shows the docstring and flags of the file run (a console script, or the
+    checkout's `decode.py`), which has neither: show the command module's docstring, its
+    flags and the shared ones defined here."""
+    sys.modules["__main__"].__doc__ = sys.modules[command_module].__doc__
+    for module in (command_module, __name__):
+        for flag in flags.FLAGS.get_key_flags_for_module(module):
+            flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)

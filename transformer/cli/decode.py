@@ -24,18 +24,16 @@ import sys
 
 from absl import flags
 
-from transformer.cli.app import config_override_args, run_cli, strict_vocab_flag
-
-flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
-flags.DEFINE_string(
-    "checkpoint",
-    "auto",
-    "latest, best (by validation score), a step, or auto: best for a run trained with early "
-    "stopping, else latest.",
+from transformer.cli.app import (
+    config_override_args,
+    restore_flags,
+    run_cli,
+    strict_vocab_flag,
 )
+
+restore_flags()
 flags.DEFINE_string("input", "-", "Input file, one sentence per line; - = stdin.")
 flags.DEFINE_string("output", "-", "Output file; - = stdout.")
-flags.DEFINE_integer("average_last", 1, "Average the parameters of the last N checkpoints.")
 flags.DEFINE_bool(
     "with_prefix",
     False,
@@ -48,12 +46,6 @@ flags.DEFINE_bool(
     "(beam search with lexical constraints).",
 )
 strict_vocab_flag()
-flags.DEFINE_list(
-    "ensemble",
-    [],
-    "Other runs (DIR or DIR:latest|best|STEP, comma-separated) decoding with --workdir's as an "
-    "ensemble: the mean of the members' log-probabilities at every step.",
-)
 FLAGS = flags.FLAGS
 
 

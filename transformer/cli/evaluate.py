@@ -17,20 +17,18 @@ import sys
 
 from absl import flags
 
-from transformer.cli.app import config_override_args, run_cli, strict_vocab_flag
+from transformer.cli.app import (
+    config_override_args,
+    restore_flags,
+    run_cli,
+    strict_vocab_flag,
+)
 from transformer.scoring.length_buckets import DEFAULT_EDGES, bucket_label
 
-flags.DEFINE_string("workdir", None, "Training run directory.", required=True)
-flags.DEFINE_string(
-    "checkpoint",
-    "auto",
-    "latest, best (by validation score), a step, or auto: best for a run trained with early "
-    "stopping, else latest.",
-)
+restore_flags()
 flags.DEFINE_string("split", "test", "Split to translate: valid, test or a split name.")
 flags.DEFINE_string("src", None, "Source file to translate instead of a split.")
 flags.DEFINE_string("ref", None, "Reference file for --src.")
-flags.DEFINE_integer("average_last", 1, "Average the parameters of the last N checkpoints.")
 flags.DEFINE_string("name", None, "Output name under DIR/eval (default: the split).")
 flags.DEFINE_string(
     "longer_than",
@@ -61,12 +59,6 @@ flags.DEFINE_string(
     None,
     "File of lexical constraints, one line per source line: tab-separated phrases every "
     "translation of that line holds (empty line: none; beam search).",
-)
-flags.DEFINE_list(
-    "ensemble",
-    [],
-    "Other runs (DIR or DIR:latest|best|STEP, comma-separated) decoding with --workdir's as an "
-    "ensemble: the mean of the members' log-probabilities at every step.",
 )
 strict_vocab_flag()
 FLAGS = flags.FLAGS
