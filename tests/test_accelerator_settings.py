@@ -1,7 +1,8 @@
 """The accelerator settings against the plain path: model.attention_impl='xla'
 (jax.nn.dot_product_attention) gives the einsum attention's logits, gradients and cached
 decoding for every positional scheme and head grouping, and falls back to einsum where it
-lacks what a site needs; train.remat='block' gives the same gradients."""
+lacks what a site needs, and the keys' and values' cache layout costs it no transpose;
+train.remat='block' gives the same gradients."""
 
 import jax
 import jax.numpy as jnp
@@ -107,6 +108,40 @@ def test_sites_the_fused_kernel_cannot_serve_use_einsum():
     (probs,) = jax.tree.leaves(state)
     assert probs.shape == (2, 4, 7, 7)
     np.testing.assert_allclose(np.asarray(probs.sum(-1)), 1.0, atol=1e-5)
+
+
+def _compiled_ops(fn, *args) -> dict[str, int]:
+    """How many transposes and copies the compiled program of fn, and of its gradient, holds."""
+    counts = {}
+    for name, f in (("forward", fn), ("gradient", jax.grad(fn, argnums=(1, 2, 3)))):
+        text = jax.jit(f).lower(*args).compile().as_text()
+        for op in ("transpose", "copy"):
+            counts[f"{name} {op}"] = text.count(f" {op}(")
+    return counts
+
+
+def test_the_key_value_layout_costs_the_fused_kernel_no_transpose():
+    """Keys and values travel as [B, K, S, D] (the cache's layout) and the fused kernel reads
+    [B, S, K, D]: attend_fused's transposes back cancel the projection's in the compiled
+    program, forward and backward; it holds what projecting straight into the kernel's
+    layout holds."""
+    from transformer.model.attention import attend_fused
+
+    b, t, h, d = 2, 8, 4, 16
+
+    def heads(x, w):
+        return (x @ w).reshape(b, t, h, d)  # [B, T, H, D]
+
+    def through_cache_layout(x, wq, wk, wv):
+        k, v = (heads(x, w).transpose(0, 2, 1, 3) for w in (wk, wv))  # [B, K, S, D]
+        return attend_fused(heads(x, wq), k, v, None, None, "xla").sum()
+
+    def kernel_layout(x, wq, wk, wv):
+        q, k, v = (heads(x, w) for w in (wq, wk, wv))
+        return jax.nn.dot_product_attention(q, k, v, scale=d**-0.5, implementation="xla").sum()
+
+    args = [jnp.ones((b, t, h * d))] + [jnp.full((h * d, h * d), 0.01)] * 3
+    assert _compiled_ops(through_cache_layout, *args) == _compiled_ops(kernel_layout, *args)
 
 
 def test_cudnn_attention_needs_bfloat16():
