@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import html
 import json
 import os
 import re
@@ -190,6 +191,18 @@ def test_every_section_is_there_and_rendering_is_deterministic(study):
     loaded = study_files.load(study)
     first = study_page.render(loaded, "transformer-report --html X")
     assert study_page.render(study_files.load(study), "transformer-report --html X") == first
+
+
+def test_the_page_states_the_compute_results_md_states(study):
+    """The provenance table's compute row is results.md's Compute line (both from the runs'
+    status.json walls), and it counts every run of the study."""
+    with open(os.path.join(study, "results.md"), encoding="utf-8") as f:
+        (line,) = [x for x in f.read().splitlines() if x.startswith("Compute: ")]
+    with open(os.path.join(study, "runs.csv"), newline="") as f:
+        runs = list(csv.DictReader(f))
+    assert line.startswith(f"Compute: {len(runs)} ended run(s) ("), line
+    with open(os.path.join(study, "results.html"), encoding="utf-8") as f:
+        assert html.escape(line.removeprefix("Compute: ")) in f.read()
 
 
 def test_the_sentences_shown_are_those_the_arms_disagree_on_most():

@@ -10,7 +10,7 @@ from tests.test_lr_grid import _study
 from transformer.common import provenance
 from transformer.common.errors import UserError
 from transformer.research.sweep import provenance_check
-from transformer.research.sweep.results import write_report
+from transformer.research.sweep.results import compute_lines, write_report
 
 DATA = {"source_vocab": "a" * 16, "target_vocab": "b" * 16, "train_tokens_sha256": "c" * 64}
 
@@ -140,3 +140,46 @@ def test_a_planted_outlier_run_is_named_in_the_table_and_runs_csv(tmp_path):
     sweep, runs = make(False, tmp_path / "clean")
     write_report(sweep, runs, str(tmp_path / "clean_report"))
     assert "outlier" not in (tmp_path / "clean_report" / "results.md").read_text().lower()
+
+
+def test_the_report_states_the_compute_each_machine_spent(tmp_path):
+    """Every ended run's training + evaluation wall time (status.json) summed on the machine
+    its last start ran on (provenance.json); a run still training is left out."""
+    sweep, runs, _ = _study(tmp_path)
+    expected = {"machine A": 0.0, "machine B": 0.0}
+    for i, run in enumerate(runs):
+        path = tmp_path / run.workdir / "status.json"
+        status = {**json.loads(path.read_text()), "train_wall_s": 360.0 * (i + 1)}
+        status["eval_wall_s"] = 36.0
+        path.write_text(json.dumps(status))
+        machines = ["machine A"] + (["machine B"] if run.variant == "alt" else [])
+        for step, machine in enumerate(machines):  # alt's runs resumed on machine B
+            start = {"start_step": step, "code": {"source_sha256": "1" * 64}, "data": DATA}
+            provenance.record(run.workdir, {**start, "machine": machine})
+        expected[machines[-1]] += (360.0 * (i + 1) + 36.0) / 3600
+    write_report(sweep, runs, str(tmp_path / "report"))
+    lines = (tmp_path / "report" / "results.md").read_text().splitlines()
+    (line,) = [x for x in lines if x.startswith("Compute:")]
+    assert line.startswith(
+        f"Compute: {len(runs)} ended run(s) (0 learning-rate search, {len(runs)} compared): "
+        f"{expected['machine A']:.1f} run-hours on machine A; "
+        f"{expected['machine B']:.1f} run-hours on machine B ("
+    ), line
+
+
+def test_the_compute_line_counts_search_and_compared_runs_and_skips_unended_ones():
+    def run(role, status, wall, machine="m"):
+        return dict(role=role, status=status, wall_s=wall, eval_wall_s=0.0, machine=machine)
+
+    per_run = [
+        run("tuning", "done", 3600.0),
+        run("tuning", "diverged", 1800.0),
+        run("compared", "failed", 1800.0, machine=None),
+        run("compared", "training", 99999.0),
+    ]
+    (_, line) = compute_lines(per_run)
+    assert line.startswith(
+        "Compute: 3 ended run(s) (2 learning-rate search, 1 compared): 0.5 run-hours on a "
+        "machine not recorded; 1.5 run-hours on m ("
+    ), line
+    assert compute_lines([run("compared", "training", 5.0)]) == []

@@ -18,7 +18,7 @@ from transformer.common import provenance
 from transformer.common.fileio import atomic_write
 from transformer.research.html import charts, forest, lr_chart, markup, samples, study_files
 from transformer.research.html.study_files import Study
-from transformer.research.sweep import columns
+from transformer.research.sweep import columns, results
 from transformer.scoring.length_buckets import bucket_label
 
 PAGE = "results.html"  # beside results.md
@@ -268,6 +268,9 @@ def provenance_section(study: Study, command: str) -> str:
     ]
     for key, n in study_files.code_versions(study).items():
         items.append((f"code of {n} finished run(s)", key))
+    spent = results.compute_lines(study.runs)  # results.md's line, from runs.csv
+    if spent:
+        items.append(("compute", spent[-1].removeprefix("Compute: ")))
     items.append(("rendered by", _code_line(provenance.code_provenance())))
     items.append(("files read", FILES_READ))
     return (

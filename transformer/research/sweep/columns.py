@@ -366,6 +366,8 @@ RUNS: list[Column] = [
     Column("flops_per_token"),
     Column("tokens_per_s"),
     Column("wall_s"),
+    Column("eval_wall_s"),
+    Column("machine", text_field=True),
     Column("error", text_field=True),
     Column("outlier", text_field=True),
 ]

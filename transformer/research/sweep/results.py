@@ -9,6 +9,7 @@ import math
 import os
 import statistics
 
+from transformer.common import provenance
 from transformer.common.errors import UserError
 from transformer.common.metrics_file import METRICS_FILE, read_metrics
 from transformer.research.sweep import columns, lr_grid, plots, provenance_check
@@ -35,6 +36,7 @@ def _run_summary(run: Run) -> dict:
     wall = status.get("train_wall_s")
     if wall is None and record is not None:
         wall = record.get("train_time_s")
+    starts = provenance.read(run.workdir)
     state = "done" if record is not None else status.get("status", "not run")
     return {
         "variant": run.variant,
@@ -56,6 +58,8 @@ def _run_summary(run: Run) -> dict:
         "flops_per_token": info.get("flops_per_token"),
         "tokens_per_s": statistics.median(tps) if tps else None,
         "wall_s": wall,
+        "eval_wall_s": status.get("eval_wall_s"),
+        "machine": starts[-1].get("machine") if starts else None,
         "error": status.get("error") if state in ("failed", "diverged", "lost") else None,
         "curve": curve,
         "length_buckets": record.get("length_buckets") if record else None,
@@ -322,9 +326,10 @@ def _markdown_notes(per_run: list[dict], mixed: list[str]) -> list[str]:
             lines.append(f"- {r['variant']} seed {r['seed']}: {r['status']}: {r['error'] or ''}")
     if any(r.get("outlier") for r in per_run):
         lines += ["", OUTLIER_NOTE]
-    unfinished = [r for r in per_run if r["status"] not in ("done", "failed", "diverged")]
+    unfinished = [r for r in per_run if r["status"] not in ENDED]
     if unfinished:
         lines += ["", f"Not finished: {len(unfinished)} run(s) (rerun the sweep to resume)."]
+    lines += compute_lines(per_run)
     lines += [
         "",
         COLUMNS_NOTE,
@@ -335,6 +340,29 @@ def _markdown_notes(per_run: list[dict], mixed: list[str]) -> list[str]:
         "",
     ]
     return lines
+
+
+ENDED = ("done", "failed", "diverged")  # a run's states once the sweep is through with it
+
+
+def compute_lines(per_run: list[dict]) -> list[str]:
+    """What the study cost: the ended runs' training + evaluation wall time, summed per
+    machine (from each run's provenance), learning-rate search and compared runs counted."""
+    ended = [r for r in per_run if r["status"] in ENDED]
+    if not ended:
+        return []
+    seconds: dict[str, float] = {}
+    for r in ended:
+        machine = r["machine"] or "a machine not recorded"
+        seconds[machine] = seconds.get(machine, 0.0) + (r["wall_s"] or 0) + (r["eval_wall_s"] or 0)
+    searched = sum(r["role"] != "compared" for r in ended)
+    spent = "; ".join(f"{s / 3600:.1f} run-hours on {m}" for m, s in sorted(seconds.items()))
+    return [
+        "",
+        f"Compute: {len(ended)} ended run(s) ({searched} learning-rate search, "
+        f"{len(ended) - searched} compared): {spent} (each run's training and evaluation "
+        "wall time, summed; runs that ran side by side each count in full).",
+    ]
 
 
 def _write_markdown(sweep: Sweep, table, per_run, choices, workdir: str, mixed) -> None:
