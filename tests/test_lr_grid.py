@@ -450,6 +450,8 @@ def test_the_cli_runs_rounds_until_the_search_ends_then_reports(tmp_path, monkey
         " 14 run(s)",
         " 20 run(s)",
     ]
+    (summary,) = [line for line in out.splitlines() if line.startswith("sweep finished")]
+    assert summary.endswith(": 20 done, 0 skipped, 0 failed, 0 diverged"), summary
     with open(os.path.join(workdir, "results.csv")) as f:
         rows = {r["variant"]: r for r in csv.DictReader(f)}
     assert rows["base"]["lr_scale"] == "2.0" and rows["base"]["runs"] == "3"

@@ -163,11 +163,15 @@ def _run_sweep(args: argparse.Namespace, sweep: Sweep, parallel: int) -> list[Ru
         planned = {r.workdir for r in runs}
         header = f"sweep {args.config}: {len(runs)} run(s), {_pace(args, parallel)}"
         print(f"{header} -> {args.workdir}", flush=True)
-        # The last round's counts cover every planned run, earlier rounds' included.
-        totals = _executor(args)(
+        counts = _executor(args)(
             runs, parallel=parallel, retry_failed=args.retry_failed, poll_s=args.poll_s
         )
+        for outcome, n in counts.items():  # each round's endings; skips are counted below
+            totals[outcome] = totals.get(outcome, 0) + (n if outcome != "skipped" else 0)
         runs = plan_runs(sweep, args.workdir, args.only)
+    # Skipped: the runs no round of this invocation ended (a later round skips those an
+    # earlier one ended, which are not skips of the sweep).
+    totals["skipped"] = max(0, len(runs) - sum(totals.values()))
     summary = ", ".join(f"{v} {k}" for k, v in totals.items())
     print(f"sweep finished in {time.time() - start:.0f} s: {summary}", flush=True)
     return runs
