@@ -161,25 +161,27 @@ def test_the_report_states_the_compute_each_machine_spent(tmp_path):
     lines = (tmp_path / "report" / "results.md").read_text().splitlines()
     (line,) = [x for x in lines if x.startswith("Compute:")]
     assert line.startswith(
-        f"Compute: {len(runs)} ended run(s) (0 learning-rate search, {len(runs)} compared): "
+        # base's and alt's two seeds at their chosen rates make the table
+        f"Compute: {len(runs)} ended run(s) (4 in the table, {len(runs) - 4} only searching "
+        "learning rates): "
         f"{expected['machine A']:.1f} run-hours on machine A; "
         f"{expected['machine B']:.1f} run-hours on machine B ("
     ), line
 
 
-def test_the_compute_line_counts_search_and_compared_runs_and_skips_unended_ones():
-    def run(role, status, wall, machine="m"):
-        return dict(role=role, status=status, wall_s=wall, eval_wall_s=0.0, machine=machine)
+def test_the_compute_line_counts_reported_and_search_runs_and_skips_unended_ones():
+    def run(reported, status, wall, machine="m"):
+        return dict(reported=reported, status=status, wall_s=wall, eval_wall_s=0.0, machine=machine)
 
     per_run = [
-        run("tuning", "done", 3600.0),
-        run("tuning", "diverged", 1800.0),
-        run("compared", "failed", 1800.0, machine=None),
-        run("compared", "training", 99999.0),
+        run(False, "done", 3600.0),
+        run(False, "diverged", 1800.0),
+        run(True, "failed", 1800.0, machine=None),
+        run(True, "training", 99999.0),
     ]
     (_, line) = compute_lines(per_run)
     assert line.startswith(
-        "Compute: 3 ended run(s) (2 learning-rate search, 1 compared): 0.5 run-hours on a "
-        "machine not recorded; 1.5 run-hours on m ("
+        "Compute: 3 ended run(s) (1 in the table, 2 only searching learning rates): 0.5 "
+        "run-hours on a machine not recorded; 1.5 run-hours on m ("
     ), line
-    assert compute_lines([run("compared", "training", 5.0)]) == []
+    assert compute_lines([run(True, "training", 5.0)]) == []

@@ -347,7 +347,8 @@ ENDED = ("done", "failed", "diverged")  # a run's states once the sweep is throu
 
 def compute_lines(per_run: list[dict]) -> list[str]:
     """What the study cost: the ended runs' training + evaluation wall time, summed per
-    machine (from each run's provenance), learning-rate search and compared runs counted."""
+    machine (from each run's provenance); the runs the table reports and the others (the
+    learning-rate search's) counted."""
     ended = [r for r in per_run if r["status"] in ENDED]
     if not ended:
         return []
@@ -355,13 +356,13 @@ def compute_lines(per_run: list[dict]) -> list[str]:
     for r in ended:
         machine = r["machine"] or "a machine not recorded"
         seconds[machine] = seconds.get(machine, 0.0) + (r["wall_s"] or 0) + (r["eval_wall_s"] or 0)
-    searched = sum(r["role"] != "compared" for r in ended)
+    reported = sum(bool(r["reported"]) for r in ended)
     spent = "; ".join(f"{s / 3600:.1f} run-hours on {m}" for m, s in sorted(seconds.items()))
     return [
         "",
-        f"Compute: {len(ended)} ended run(s) ({searched} learning-rate search, "
-        f"{len(ended) - searched} compared): {spent} (each run's training and evaluation "
-        "wall time, summed; runs that ran side by side each count in full).",
+        f"Compute: {len(ended)} ended run(s) ({reported} in the table, {len(ended) - reported} "
+        f"only searching learning rates): {spent} (each run's training and evaluation wall "
+        "time, summed; runs that ran side by side each count in full).",
     ]
 
 
