@@ -7,13 +7,14 @@ Command:   transformer-sweep --config configs/sweeps/architecture.py \
                --workdir runs/sweep_architecture [--readme README.md]
 Expected:  5 arms (4 variants + the baseline's A/A arm) x 2 seeds; each arm's learning rate
            searched on its first seed from x0.5, x1, x2 (widened up to x4 / x0.25), then
-           its second seed at the chosen rate: 22 runs, test BLEU 11-21 (measured here).
+           its second seed at the chosen rate: 22 runs, test BLEU 10-22 at the chosen
+           rates (measured here).
            results.md/csv, runs.csv, lr_grid.csv and the plots in the workdir. A 2+2-layer
            d_model 128 model after 400 steps has not converged: the table tests the tool,
            it is not a finding (two seeds give Welch's test about 1-2 degrees of freedom,
            hence wide intervals).
-Run time:  3,484 s for the 22 runs on the 2-core Intel Xeon (AVX-512) machine with a test
-           suite running beside it (an upper bound; 86-198 s of training per run, runs.csv).
+Run time:  2,013 s for the 22 runs on the 2-core AMD EPYC machine with a lowest-priority
+           job beside it (an upper bound; 71-97 s of training per run, runs.csv).
 """
 
 from transformer.research.sweep import grid
