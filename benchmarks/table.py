@@ -279,7 +279,9 @@ def _row_name(record: dict) -> str:
     if figure == PROFILE_KIND:
         figure = f"{figure} ({record.get('kind')})"
     size = record.get("size")
-    return f"{figure} [{size}]" if size else figure
+    # A model size is a label ("big"); files written before throughput_train.py named its
+    # peak product's matrix side `matmul_size` carry that side as an integer `size`.
+    return f"{figure} [{size}]" if isinstance(size, str) and size else figure
 
 
 def _records(path: str):

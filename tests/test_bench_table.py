@@ -1,8 +1,14 @@
 """benchmarks/table.py: figures from both scripts' JSON lines side by side, targets judged."""
 
+import glob
 import json
+import os
+import re
+import shutil
 
 from benchmarks import table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _write(path, records, noise=True):
@@ -266,3 +272,47 @@ def test_gpu_table_rows_by_size_ratios_to_compiled_peer_targets_and_profile(tmp_
     assert kinds.index("| matrix products | 14.0 | 70.0% |") < kinds.index(
         "| dropout random bits | 2.00 | 10.0% |"
     )
+
+
+def test_a_matrix_side_recorded_as_size_is_no_model_size(tmp_path, capsys):
+    # Files written before throughput_train.py named it `matmul_size` carry the peak
+    # product's matrix side as an integer `size`; they render as CPU tables.
+    ours = _write(
+        tmp_path / "jax.jsonl",
+        [
+            fig(table.OURS, "train_tokens_per_s", 660.0),
+            {**fig(table.OURS, "matmul_peak_gflops", 360.0, "GFLOP/s"), "size": 2048},
+        ],
+    )
+    assert table.main([ours]) == 0
+    out = capsys.readouterr().out
+    assert "| `matmul_peak_gflops` | GFLOP/s | 360.0 |" in out and "[2048]" not in out
+    assert "| figure | unit | jax-transformer | ratio |" in out
+
+
+def _rendering_commands() -> list[tuple[str, list[str]]]:
+    """(page, arguments) of every `python -m benchmarks.table ... --readme ...` the README
+    and docs/ state."""
+    found = []
+    for page in ["README.md", *sorted(glob.glob("docs/*.md", root_dir=ROOT))]:
+        with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+            text = f.read()
+        for command in re.findall(r"`python -m benchmarks\.table\s([^`]*--readme[^`]*)`", text):
+            found.append((page, command.split()))
+    return found
+
+
+def test_each_rendered_performance_section_is_its_command_on_the_committed_files(tmp_path, capsys):
+    """A section whose page names its rendering command reads what that command writes now
+    from the committed files."""
+    commands = _rendering_commands()
+    assert any(page == "README.md" for page, _ in commands)
+    for page, args in commands:
+        at = args.index("--readme")
+        target = args[at + 1]
+        copy = tmp_path / os.path.basename(target)
+        shutil.copy(os.path.join(ROOT, target), copy)
+        files = [f for a in args[:at] for f in sorted(glob.glob(os.path.join(ROOT, a)))]
+        assert files, f"{page}: {' '.join(args)} names no committed file"
+        assert table.main([*files, "--readme", str(copy), *args[at + 2 :]]) == 0
+        assert capsys.readouterr().out.endswith(" unchanged\n"), f"{page}: {' '.join(args)}"
