@@ -94,7 +94,7 @@ class CacheGrowth:
 
 def doubling_lengths(max_len: int, first: int) -> tuple[int, ...]:
     """Cache lengths ``first, 2 first, 4 first, ...`` then ``max_len``: the cache read at a
-    step is at most twice the filled part (or ``first``). A length within a quarter of
+    step is at most twice the filled part (or ``first``). A length within a fifth of
     ``max_len`` is skipped (a short last segment would cost a compiled body for few steps);
     ``first <= 0`` or ``>= max_len`` gives the whole cache from the start."""
     lengths = []

@@ -106,7 +106,7 @@ def _data_section() -> ml_collections.ConfigDict:
     # 'bucket': length buckets, batch size per bucket from train.batch_tokens;
     # 'pad': fixed batch_size sentences padded to max lengths.
     data.batching = "pack"
-    data.num_workers = 0  # Grain worker processes (0 = in the main process)
+    data.num_workers = 0  # batches a background thread builds ahead (0 = none: built on demand)
     return data
 
 
@@ -165,7 +165,8 @@ def _decode_section() -> ml_collections.ConfigDict:
     decode.top_p = 1.0  # 1.0 = off
     # More sampling filters, applied after min-length and temperature and before top-k and
     # top-p, in the order given: comma-separated names registered in inference/filters.py
-    # FILTERS, each with its one number if it takes one, e.g. "min_p=0.05"; '' = none
+    # FILTERS, each with its one number if it takes one, e.g. "min_p=0.05" (a filter of
+    # examples/plugin_lab); '' = none
     decode.filters = ""
     decode.num_samples = 1
     decode.seed = 0
