@@ -443,6 +443,42 @@ def test_decode_ab_alternates_arms_and_reports_speedups_against_the_first():
     assert "Traceback" not in bad.stderr
 
 
+ITERATOR = ["-m", "benchmarks.experiments.iterator_speed", "--config", "configs/default.py"]
+SMALL_DATA = [
+    "--config.data.vocab_size=200",
+    "--config.data.synthetic_train_size=600",
+    "--config.data.synthetic_eval_size=20",
+    "--config.train.batch_size=16",
+]
+
+
+def test_pairs_in_counts_each_rows_segments():
+    from benchmarks.experiments.iterator_speed import pairs_in
+
+    segments = [[1, 1, 2, 2, 3, 0], [1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]]
+    assert pairs_in({"tgt_segments": segments}) == 4
+
+
+def test_iterator_speed_counts_one_pair_per_padded_row_and_more_when_packed(tmp_path):
+    """Padded batches hold exactly batch_size pairs a batch; packed rows hold several."""
+    found = {}
+    for batching in ("pad", "pack"):
+        options = [f"--config.data.batching={batching}", "--workdir", str(tmp_path / batching)]
+        proc = run([*ITERATOR, *SMALL_DATA, *options, "--batches", "3", "--json"], check=True)
+        records = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert records[0]["figure"] == "setup" and records[0]["batching"] == batching
+        found[batching] = {r["figure"]: r["value"] for r in records[1:]}
+    assert found["pad"]["pairs_per_batch"] == 16
+    assert found["pack"]["pairs_per_batch"] > 16
+    for figures in found.values():
+        rate = figures["iterator_pairs_per_s"] / figures["iterator_batches_per_s"]
+        assert rate == pytest.approx(figures["pairs_per_batch"], rel=1e-9)
+        assert 2 < figures["target_tokens_per_pair"] <= 48  # configs/default.py's max_target_len
+    bad = run([*ITERATOR, "--workdir", str(tmp_path), "--batches", "0"], check=False)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in bad.stderr
+
+
 def test_prepare_ab_times_weights_built_once_against_built_in_every_call():
     """Both programs decode the same tokens (the copies are the same whether built before
     or inside the call); the speedup is per_call's median over once's."""
