@@ -6,7 +6,7 @@ The reference is one process with two (forced) CPU devices: the same SPMD progra
 device reduces its half of the global batch and the two partial sums are added (a + b == b + a
 in floating point), so the runs agree bitwise. One process with ONE device sums the batch in
 another order and agrees only to float32 rounding (and not at all on the attention key biases,
-whose gradient is rounding noise; see the README, "Numerics across layouts").
+whose gradient is rounding noise; see docs/reliability.md, "Numerics across layouts").
 """
 
 from __future__ import annotations
