@@ -5,15 +5,16 @@ seed-aware test (seeds + test set) beside sacreBLEU's paired bootstrap (test set
 Command:   transformer-sweep --config configs/sweeps/multi30k_architecture.py \
                --workdir studies/multi30k_architecture [--only VARIANT ...] [--plan 0.5]
 Expected:  16 arms (15 variants + the baseline's A/A arm) x 5 seeds. Each arm's rate is
-           searched on its first seed from x0.5, x1, x2 of 2e-3, widening by x2 while the
-           lowest final validation loss sits at an edge (cap x1/4 .. x8), then its seeds 1-4
-           (A/A: 1001-1004) run at the chosen rate: 80 reported runs plus 3-5 search points
-           per arm. results.md gives test2016 BLEU (greedy, all 1,000 sentences), each arm's
-           between-seed sd, its difference to the baseline with the seed-aware 95% interval,
-           Holm-corrected p and minimum detectable difference at 80% power, sacreBLEU's
-           paired bootstrap over the pooled seeds, BLEU on the 143 sources longer than any
-           training sentence (> 20 tokens), test perplexity of the references and the chosen
-           rate with its sensitivity. The README's "Ablations" holds the table and a reading.
+           searched on a seed of the search's own, 0 (A/A: 1000), from x0.5, x1, x2 of 2e-3,
+           widening by x2 while the lowest final validation loss sits at an edge (cap
+           x1/4 .. x8), then its compared seeds 1-5 (A/A: 1001-1005) run at the chosen rate:
+           80 reported runs plus 3-5 search points per arm. results.md gives test2016
+           BLEU (greedy, all 1,000 sentences), each arm's between-seed sd, its difference
+           to the baseline with the seed-aware 95% interval, Holm-corrected p and minimum
+           detectable difference at 80% power, sacreBLEU's paired bootstrap over the pooled
+           seeds, BLEU on the 143 sources longer than any training sentence (> 20 tokens),
+           test perplexity of the references and the chosen rate with its sensitivity.
+           The README's "Ablations" holds the table and a reading.
 Planning:  five seeds are what about 8 CPU-hours on 2 cores hold. Read as a pilot
            (`--plan 0.5`, README "Ablations"), its runs give an MDD of 0.89 BLEU at 5 seeds
            (1.43 at Holm's first step over 14 variants); 0.5 BLEU would need 15 seeds per

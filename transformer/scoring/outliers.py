@@ -10,8 +10,8 @@ a study whose arms differ in size is judged a little unevenly. A run whose resid
 THRESHOLD sigmas is an outlier.
 
 Calibrated by simulation (tests/test_outliers.py): 16 arms of 5 normal seeds flag some run in
-about 3% of clean studies, and a run 6 seed sds off (3 BLEU at a seed sd of 0.5) is flagged,
-alone, in about 9 of 10 studies. (A rule on each arm's own spread, 3 median absolute deviations from
+under 5% of clean studies, and a run 6 seed sds off (3 BLEU at a seed sd of 0.5) is flagged,
+alone, in over 85% of studies. (A rule on each arm's own spread, 3 median absolute deviations from
 its median, flags some run in about a quarter of clean 5-seed arms.)
 """
 
