@@ -452,13 +452,6 @@ SMALL_DATA = [
 ]
 
 
-def test_pairs_in_counts_each_rows_segments():
-    from benchmarks.experiments.iterator_speed import pairs_in
-
-    segments = [[1, 1, 2, 2, 3, 0], [1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]]
-    assert pairs_in({"tgt_segments": segments}) == 4
-
-
 def test_iterator_speed_counts_one_pair_per_padded_row_and_more_when_packed(tmp_path):
     """Padded batches hold exactly batch_size pairs a batch; packed rows hold several."""
     found = {}
