@@ -45,16 +45,18 @@ def pairs_in(batch: dict) -> int:
 
 
 def measure(iterator, batches: int) -> dict[str, float]:
-    """Times `batches` batches after WARMUP_BATCHES untimed ones; counts what they hold."""
+    """Times `batches` batches after WARMUP_BATCHES untimed ones (the iterator's calls only,
+    not the counting); counts what they hold."""
     for _ in range(WARMUP_BATCHES):
         next(iterator)
     pairs = tokens = 0
-    start = time.perf_counter()
+    seconds = 0.0
     for _ in range(batches):
+        start = time.perf_counter()
         batch = next(iterator)
+        seconds += time.perf_counter() - start
         pairs += pairs_in(batch)
         tokens += int(np.count_nonzero(np.asarray(batch["tgt_segments"])))
-    seconds = time.perf_counter() - start
     return {
         "iterator_batches_per_s": batches / seconds,
         "iterator_pairs_per_s": pairs / seconds,
