@@ -1,6 +1,7 @@
 """transformer-sweep --reproduce: the draw over arms, and real reruns from recorded configs
 matching their runs to the bit, with planted damage and planted setup differences."""
 
+import argparse
 import csv
 import json
 import os
@@ -71,6 +72,8 @@ def test_reruns_from_recorded_configs_match_to_the_bit_and_damage_is_caught(tmp_
     out = capsys.readouterr().out
     assert "2 of 2 rerun(s) bit-identical to the recorded run" in out
     assert _verdicts(scratch) == {"pre": "bit-identical", "post": "bit-identical"}
+    rendered = f"--workdir {workdir} --reproduce 2 --reproduce_seed 0`"  # default scratch
+    assert rendered in open(os.path.join(scratch, "reproduce.md")).read()
     for variant in ("pre", "post"):
         rerun = json.load(open(os.path.join(scratch, variant, "0", "config.json")))
         assert rerun["train"]["learning_rate"] == 0.003
@@ -108,3 +111,11 @@ def test_reruns_from_recorded_configs_match_to_the_bit_and_damage_is_caught(tmp_
         "pre": "differs (the recorded run has no provenance)",
         "post": "differs (other code)",
     }
+
+
+def test_the_rendered_reproduce_command_names_a_scratch_directory_it_was_given():
+    args = argparse.Namespace(
+        config="c.py", workdir="study", reproduce=3, reproduce_seed=7, scratch="/elsewhere"
+    )
+    expected = "--workdir study --reproduce 3 --reproduce_seed 7 --scratch /elsewhere"
+    assert sweep_cli._reproduce_command(args).endswith(expected)

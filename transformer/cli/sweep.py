@@ -199,11 +199,17 @@ def _reproduce(args: argparse.Namespace, sweep: Sweep, runs: list[Run]) -> int:
     print(f"reproduce: {len(reruns)} run(s) of {args.workdir} -> {scratch}", flush=True)
     _executor(args)(reruns, parallel=args.parallel or sweep.parallel, poll_s=args.poll_s)
     comparisons = [reproduce.compare(run, rerun) for run, rerun in zip(chosen, reruns, strict=True)]
-    command = f"transformer-sweep --config {args.config} --workdir {args.workdir} " + (
+    print(reproduce.write(comparisons, sweep, scratch, _reproduce_command(args)), flush=True)
+    return 1 if any(c.failed for c in comparisons) else 0
+
+
+def _reproduce_command(args: argparse.Namespace) -> str:
+    """The command that redraws and reruns the same runs into the same scratch directory."""
+    command = (
+        f"transformer-sweep --config {args.config} --workdir {args.workdir} "
         f"--reproduce {args.reproduce} --reproduce_seed {args.reproduce_seed}"
     )
-    print(reproduce.write(comparisons, sweep, scratch, command), flush=True)
-    return 1 if any(c.failed for c in comparisons) else 0
+    return command + (f" --scratch {args.scratch}" if args.scratch else "")
 
 
 def _update_readme(args: argparse.Namespace) -> None:
