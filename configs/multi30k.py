@@ -20,13 +20,13 @@ smoothing 0.1, 4,500 steps of ~2k target tokens (about 16 epochs) on a cosine sc
 at 3e-3. Two of its choices come from the Multi30k study
 (configs/sweeps/multi30k_architecture.py, README "Ablations"): every arm's learning-rate search
 but one puts its lowest validation loss at twice the study's rate of 2e-3, so this rate is
-raised above it (1.5x), and there RoPE has the
-lowest validation loss of the 16 arms (2.841 against the baseline's 2.922, mean of 5 seeds)
-and leads sinusoidal positions by 0.55 test BLEU. That lead does not survive the seed-aware
-test (interval [-0.13, +1.23], p 0.104 before Holm's correction, 0.564 after; its 5 seeds could
-only detect about 0.95 BLEU): RoPE rests on its validation loss and on outside reports, not on
-a significant test gain here. Warmup does rest on one: dropping it costs 2.03 BLEU (Holm
-p 0.001); Pre-LN over Post-LN does not (Post-LN -0.14, MDD 1.06). The learning rate, RoPE
+raised above it (1.5x), and there RoPE has the lowest validation loss of the 16 arms (2.862
+against the baseline's 2.928, mean of its 5 compared seeds) and leads sinusoidal positions
+by 0.42 test BLEU. That lead does not survive the seed-aware test (unadjusted interval
+[-0.08, +0.93], p 0.091 before Holm's correction, 0.868 after; its 5 seeds could only detect
+about 0.95 BLEU): RoPE rests on its validation loss and on outside reports, not on a
+significant test gain here. Warmup does rest on one: dropping it costs 1.65 BLEU (Holm
+p 0.011); Pre-LN over Post-LN does not (Post-LN +0.11, MDD 0.93). The learning rate, RoPE
 and the step count changed together here; these runs do not separate their shares. Decoding
 was chosen on the validation split: length penalty 0.6 / 1.0 / 1.5 gave 41.30 / 41.36 / 41.40
 BLEU, a flat choice.

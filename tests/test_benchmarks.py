@@ -531,7 +531,7 @@ def test_bench_real_config_is_the_studys_post_ln_run():
 
     built = load_config_file(os.path.join(ROOT, "configs/bench_real.py"))
     base = load_config_file(os.path.join(ROOT, "configs/multi30k.py"))
-    study = os.path.join(ROOT, "studies/multi30k_architecture/post_ln/lr_x2/1/status.json")
+    study = os.path.join(ROOT, "studies/multi30k_architecture_2026_12/post_ln/lr_x2/1/status.json")
     with open(study, encoding="utf-8") as f:
         overrides = json.load(f)["overrides"]
     for section in built:

@@ -3,7 +3,7 @@ learning rate, five seeds per arm, an A/A arm, and each variant against the base
 seed-aware test (seeds + test set) beside sacreBLEU's paired bootstrap (test set only).
 
 Command:   transformer-sweep --config configs/sweeps/multi30k_architecture.py \
-               --workdir studies/multi30k_architecture [--only VARIANT ...] [--plan 0.5]
+               --workdir studies/multi30k_architecture_2026_12 [--only VARIANT ...] [--plan 0.5]
 Expected:  16 arms (15 variants + the baseline's A/A arm) x 5 seeds. Each arm's rate is
            searched on a seed of the search's own, 0 (A/A: 1000), from x0.5, x1, x2 of 2e-3,
            widening by x2 while the lowest final validation loss sits at an edge (cap
@@ -15,13 +15,14 @@ Expected:  16 arms (15 variants + the baseline's A/A arm) x 5 seeds. Each arm's 
            seeds, BLEU on the 143 sources longer than any training sentence (> 20 tokens),
            test perplexity of the references and the chosen rate with its sensitivity.
            The README's "Ablations" holds the table and a reading.
-Planning:  five seeds are what about 8 CPU-hours on 2 cores hold. Read as a pilot
-           (`--plan 0.5`, README "Ablations"), its runs give an MDD of 0.89 BLEU at 5 seeds
-           (1.43 at Holm's first step over 14 variants); 0.5 BLEU would need 15 seeds per
-           arm (31 under Holm).
-Run time:  2-5 minutes of training and evaluation per run on 2 cores (runs.csv holds
-           each run's time): the 127 runs took 10.0 hours in all. The sweep resumes where it
-           stopped, so it runs in pieces. On GPUs use --parallel (one run per GPU).
+Planning:  five seeds are what about 14 hours of 2 CPU cores hold. Read as a pilot
+           (`--plan 0.5`, README "Ablations"), its runs give an MDD of 0.93 BLEU at 5 seeds
+           (1.57 at Holm's first step over 14 variants); 0.5 BLEU would need 14 seeds per
+           arm (25 under Holm).
+Run time:  5-7 minutes of training and evaluation per run, two at a time on 2 cores
+           (runs.csv holds each run's time): the 143 runs of the committed study took 27.0
+           run-hours in all. The sweep resumes where it stopped, so it runs in pieces. On
+           GPUs use --parallel (one run per GPU).
 
 A reduced-budget study so that it runs in hours on 2 CPU cores: every run is
 configs/multi30k.py cut to a 2+2-layer d_model 128 model (4 heads of 32, d_ff 512, Pre-LN,
