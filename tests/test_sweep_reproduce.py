@@ -119,3 +119,29 @@ def test_the_rendered_reproduce_command_names_a_scratch_directory_it_was_given()
     )
     expected = "--workdir study --reproduce 3 --reproduce_seed 7 --scratch /elsewhere"
     assert sweep_cli._reproduce_command(args).endswith(expected)
+
+
+def test_the_generated_config_module_passes_the_projects_lint_however_deep_the_study(tmp_path):
+    """A study kept inside a linted repository (as studies/ is) commits the modules that
+    --reproduce writes: ruff, with this project's settings, finds nothing in one written for
+    a run directory whose path is far longer than a line."""
+    import shutil
+    import subprocess
+
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sweep_dir = tmp_path / ("a_study_directory_with_a_long_name_" * 3)
+    run_dir = sweep_dir / "a_variant_with_a_long_name" / "lr_x2" / "1001"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text("{}", encoding="utf-8")
+    run = Run("a_variant_with_a_long_name", 1001, str(run_dir), {}, {}, "base.py", "test")
+    rerun = reproduce.rerun_of(run, str(sweep_dir), str(tmp_path / "scratch"))
+    assert len(str(run_dir / "config.json")) > 100
+    result = subprocess.run(
+        [ruff, "check", "--no-cache", "--config", os.path.join(root, "pyproject.toml"), rerun.base],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout
