@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from tests.helpers import ROOT
 from tests.test_sweep import TINY
 from transformer.cli import sweep as sweep_cli
 from transformer.common.errors import UserError
@@ -131,7 +132,6 @@ def test_the_generated_config_module_passes_the_projects_lint_however_deep_the_s
     ruff = shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sweep_dir = tmp_path / ("a_study_directory_with_a_long_name_" * 3)
     run_dir = sweep_dir / "a_variant_with_a_long_name" / "lr_x2" / "1001"
     run_dir.mkdir(parents=True)
@@ -140,7 +140,7 @@ def test_the_generated_config_module_passes_the_projects_lint_however_deep_the_s
     rerun = reproduce.rerun_of(run, str(sweep_dir), str(tmp_path / "scratch"))
     assert len(str(run_dir / "config.json")) > 100
     result = subprocess.run(
-        [ruff, "check", "--no-cache", "--config", os.path.join(root, "pyproject.toml"), rerun.base],
+        [ruff, "check", "--no-cache", "--config", os.path.join(ROOT, "pyproject.toml"), rerun.base],
         capture_output=True,
         text=True,
     )
