@@ -37,10 +37,12 @@ def _bullet(reading: str, opening: str) -> str:
 
 
 def _signed(value: str) -> str:
-    return f"{float(value):+.2f}".replace("+-", "-")
+    """A gap as the reading prints it: two decimals, its sign always shown."""
+    return f"{float(value):+.2f}"
 
 
 def _holm_p(value: str) -> str:
+    """A Holm-adjusted p as the reading prints it."""
     p = float(value)
     return "p < 0.001" if p < 0.0005 else f"p {p:.3f}"
 
