@@ -27,10 +27,15 @@ def _reading() -> str:
     return re.split(r"\n#+ ", after, maxsplit=1)[0]
 
 
+def _one_line(text: str) -> str:
+    """Text with its line breaks and runs of spaces as single spaces, as a reader sees it."""
+    return " ".join(text.split())
+
+
 def _bullet(reading: str, opening: str) -> str:
     """The bullet of the reading that starts with `opening`, joined onto one line."""
     for bullet in re.split(r"\n- ", reading):
-        flat = " ".join(bullet.split())
+        flat = _one_line(bullet)
         if flat.startswith(opening):
             return flat
     raise AssertionError(f"the README's study reading has no bullet starting {opening!r}")
@@ -86,19 +91,19 @@ def test_counts_and_pooled_sd_match_the_table(study):
     rows, reading = study
     stars = sum(row["bleu_significant"] == "True" for row in rows.values())
     sd = float(rows["baseline_aa"]["bleu_pooled_seed_sd"])
-    flat = " ".join(reading.split())
+    flat = _one_line(reading)
     assert f"where the seed-aware test after Holm gives it to {stars}." in flat
     assert f"pooled between-seed sd ({sd:.2f} BLEU)" in flat
 
 
 def test_reproduce_verdict_matches_its_table(study):
-    _, reading = study
+    rows, reading = study
     with open(os.path.join(STUDY, "reproduce", "reproduce.csv"), encoding="utf-8") as f:
         reruns = list(csv.DictReader(f))
     identical = sum(row["verdict"] == "bit-identical" for row in reruns)
     arms = {row["variant"] for row in reruns}
-    assert arms == set(_results()), "--reproduce should rerun one run of every arm"
-    flat = " ".join(reading.split())
+    assert arms == set(rows), "--reproduce should rerun one run of every arm"
+    flat = _one_line(reading)
     assert f"{identical} of the {len(reruns)} reruns are bit-identical" in flat
     if "with no translation differing" in flat:
         assert all(row["differing_sentences"] == "0" for row in reruns)

@@ -5,6 +5,8 @@ import argparse
 import csv
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -126,9 +128,6 @@ def test_the_generated_config_module_passes_the_projects_lint_however_deep_the_s
     """A study kept inside a linted repository (as studies/ is) commits the modules that
     --reproduce writes: ruff, with this project's settings, finds nothing in one written for
     a run directory whose path is far longer than a line."""
-    import shutil
-    import subprocess
-
     ruff = shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed")
