@@ -95,7 +95,9 @@ def run(args, *, env=None, timeout=600, check=False):
 def fast_subset(cases, fast) -> list:
     """Parametrize cases in which those outside `fast` are marked slow: the fast tier
     (`-m "not slow"`) runs a concept's representatives, the full suite every case."""
-    fast = list(fast)
+    cases, fast = list(cases), list(fast)
+    missing = [case for case in fast if case not in cases]
+    assert not missing, f"fast cases that are not cases: {missing}"
     return [
         case if case in fast else pytest.param(*_as_tuple(case), marks=pytest.mark.slow)
         for case in cases

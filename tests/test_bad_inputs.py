@@ -10,21 +10,14 @@ import shutil
 
 import pytest
 
-from tests.helpers import fast_subset, run, tiny_args, tiny_config
+from tests.helpers import fast_subset, run, tiny_args
+from tests.shared_runs import CHECKPOINTED_RUN
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny run with checkpoints at steps 10 and 20, and its config file for train.py."""
-    from transformer.training.loop import train_and_evaluate
-
-    root = tmp_path_factory.mktemp("bad_inputs")
-    workdir = str(root / "run")
-    config = tiny_config(
-        train__num_steps=20, train__checkpoint_every=10, train__eval_every=1000, train__log_every=10
-    )
-    train_and_evaluate(config, workdir)
-    return workdir
+@pytest.fixture
+def trained(checkpointed_run):
+    """A tiny run with checkpoints at steps 10 and 20 (read only: tests change copies)."""
+    return checkpointed_run[0]
 
 
 def copy_run(workdir, tmp_path, *, checkpoints=True):
@@ -48,7 +41,7 @@ def one_line_error(proc, *fragments):
 def train_cli(workdir, *overrides):
     """train.py as a user runs it: configs/default.py made tiny by --config flags."""
     args = ["train.py", "--config", "configs/default.py", "--workdir", workdir]
-    return run([*args, *tiny_args(train__num_steps=20, train__checkpoint_every=10), *overrides])
+    return run([*args, *tiny_args(**CHECKPOINTED_RUN), *overrides])
 
 
 # --------------------------------------------------------------------- architecture

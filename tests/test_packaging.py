@@ -40,14 +40,14 @@ def _sh(args, **kwargs):
     return proc
 
 
-def _build_wheel(tmp_path) -> str:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> str:
+    """The wheel built from the checkout's files, once for the module's tests."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     source = tmp_path / "source"
-    listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
-    tracked = _sh(listed, cwd=ROOT).stdout.split()
-    for name in tracked:
-        if os.path.exists(os.path.join(ROOT, name)):
-            os.makedirs(source / os.path.dirname(name), exist_ok=True)
-            shutil.copy2(os.path.join(ROOT, name), source / name)
+    for name in _source_files():
+        os.makedirs(source / os.path.dirname(name), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, name), source / name)
     dist = tmp_path / "dist"
     _sh(
         [
@@ -63,8 +63,24 @@ def _build_wheel(tmp_path) -> str:
             str(source),
         ]
     )
-    (wheel,) = dist.glob("transformer-*.whl")
-    return str(wheel)
+    (built,) = dist.glob("transformer-*.whl")
+    return str(built)
+
+
+def _source_files() -> list[str]:
+    """The checkout's files, tracked or untracked and not ignored, as plain files: a virtual
+    environment inside the checkout under a name .gitignore does not list (its folder holds
+    pyvenv.cfg) is left out, and so are links and anything else that is not a file."""
+    listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
+    names = _sh(listed, cwd=ROOT).stdout.splitlines()
+    venvs = {n.split("/")[0] for n in names if n.count("/") == 1 and n.endswith("/pyvenv.cfg")}
+    return [
+        n
+        for n in names
+        if n.split("/")[0] not in venvs
+        and os.path.isfile(os.path.join(ROOT, n))
+        and not os.path.islink(os.path.join(ROOT, n))
+    ]
 
 
 def _fresh_venv(tmp_path, wheel: str) -> str:
@@ -78,8 +94,7 @@ def _fresh_venv(tmp_path, wheel: str) -> str:
     return str(venv / "bin")
 
 
-def test_wheel_holds_the_package_alone_and_its_scripts(tmp_path):
-    wheel = _build_wheel(tmp_path)
+def test_wheel_holds_the_package_alone_and_its_scripts(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top_level == {"transformer"}
@@ -89,8 +104,8 @@ def test_wheel_holds_the_package_alone_and_its_scripts(tmp_path):
     assert "transformer/training/base_config.py" in names
 
 
-def test_installed_wheel_trains_evaluates_and_decodes_outside_the_checkout(tmp_path):
-    bin_dir = _fresh_venv(tmp_path, _build_wheel(tmp_path))
+def test_installed_wheel_trains_evaluates_and_decodes_outside_the_checkout(tmp_path, wheel):
+    bin_dir = _fresh_venv(tmp_path, wheel)
     work = tmp_path / "elsewhere"
     work.mkdir()
     shutil.copy(os.path.join(ROOT, "configs", "default.py"), work / "my_config.py")

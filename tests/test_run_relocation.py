@@ -21,20 +21,18 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, run, tiny_args, tiny_config
+from tests.helpers import ROOT, run, tiny_config
+from tests.shared_runs import CHECKPOINTED_RUN
+from tests.test_bad_inputs import copy_run
 
-STEPS = dict(train__num_steps=10, train__checkpoint_every=10, train__eval_every=1000)
 # What TFDS prints when it prepares a dataset (dataset_builder._log_download_bytes).
 PREPARING = "Downloading and preparing dataset"
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
+@pytest.fixture
+def trained_run(checkpointed_run):
     """(workdir, its train.py output, stdout then stderr, as `> log 2>&1` would keep it)."""
-    workdir = tmp_path_factory.mktemp("travel") / "run"
-    args = ["train.py", "--config", "configs/default.py", "--workdir", str(workdir)]
-    proc = run([*args, *tiny_args(**STEPS)], check=True)
-    return str(workdir), proc.stdout + proc.stderr
+    return checkpointed_run
 
 
 def built_data(workdir) -> dict[str, list[str]]:
@@ -77,15 +75,15 @@ def test_a_moved_run_evaluates_decodes_and_resumes_without_rebuilding(trained_ru
     evaluate(workdir, split="valid")
     run = restore_run(workdir)
     decoded = run.translator.translate(run.params, ["The boy sees the dog."], prefixes=["Der"])
-    train_and_evaluate(tiny_config(**{**STEPS, "train__num_steps": 15}), workdir)
+    train_and_evaluate(tiny_config(**{**CHECKPOINTED_RUN, "train__num_steps": 25}), workdir)
     assert built_data(workdir) == before
     assert PREPARING not in "".join(capfd.readouterr())
     assert os.path.isfile(os.path.join(workdir, "eval", "valid.json"))
     assert decoded.best[0].startswith("Der")
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         messages = [json.loads(line).get("message", "") for line in f]
-    assert "resumed from checkpoint at step 10" in messages
-    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "15"]
+    assert "resumed from checkpoint at step 20" in messages
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "20", "25"]
 
 
 def test_data_prepared_under_the_legacy_name_is_used_where_it_lies(trained_run, tmp_path):
@@ -167,7 +165,7 @@ def test_strict_vocab_refuses_such_a_prefix_in_one_line(trained_run):
 def test_eval_strict_vocab_refuses_such_a_prefix_file_in_one_line(trained_run, tmp_path):
     """eval.py --prefix takes the same option: the planted prefix on source line 2 of the
     test split is refused before anything is translated; without it, a warning."""
-    workdir = trained_run[0]
+    workdir = copy_run(trained_run[0], tmp_path)  # eval.py writes its results into the run
     (tmp_path / "src.txt").write_text("The boy sees the dog.\nThe girl reads.\n")
     (tmp_path / "ref.txt").write_text("Der Hund sieht.\nDas Mädchen liest.\n")
     (tmp_path / "prefix.txt").write_text("Der\nÜbrigens, 42 Zebras\n")

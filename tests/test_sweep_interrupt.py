@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 
 import pytest
@@ -14,14 +13,13 @@ import pytest
 from tests.test_sweep_ray import (
     LONGER,
     PRE,
-    _between_checkpoints,
     _finish,
     _only_sweep_lines,
     _start_sweep,
     _status,
     _sweep_command,
-    _wait_for,
     _write_sweep,
+    interrupt_mid_training,
 )
 from transformer.common.fileio import atomic_write
 from transformer.common.metrics_file import read_metrics, row_line
@@ -76,8 +74,7 @@ def test_ctrl_c_ends_a_local_sweep_in_one_line_leaving_its_run_checkpointed(tmp_
     workdir = str(tmp_path / "w")
     run_dir = os.path.join(workdir, "pre", "0")
     sweep = _start_sweep(_sweep_command(config, workdir))
-    _wait_for(lambda: _between_checkpoints(run_dir), sweep)
-    os.killpg(sweep.pid, signal.SIGINT)  # Ctrl-C in a terminal: the sweep and its train.py
+    interrupt_mid_training(sweep, run_dir)  # Ctrl-C in a terminal: the sweep and its train.py
     out, err = _finish(sweep)
     assert sweep.returncode == 130
     assert err == INTERRUPTED_LINE

@@ -10,6 +10,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -125,19 +126,30 @@ class Cluster:
     worker: int  # the worker node's session: every process of that node is in it
 
 
+# The tests that need a cluster share one (starting its two nodes costs more than a sweep):
+# one xdist group runs them in this file's order on one worker, and the test that kills the
+# worker node comes last.
+ON_THE_CLUSTER = pytest.mark.xdist_group("ray_cluster")
+
+
 @pytest.fixture
 def ray_cluster(ray_nodes):
     """A head and a worker node, one CPU each, on this machine: its address."""
     return ray_nodes.address
 
 
-@pytest.fixture
-def ray_nodes(monkeypatch):
+@pytest.fixture(scope="module")
+def ray_nodes():
     """A head and a worker node, one CPU each, on this machine."""
-    # The nodes (`ray start` inherits the environment) and the driver (this process, whose
-    # Ray reads it once) agree without a token, whether ~/.ray/auth_token exists or not.
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     pytest.importorskip("ray", reason="the Ray executor needs Ray: pip install -e '.[cluster]'")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        # The nodes (`ray start` inherits the environment) and the driver (this process,
+        # whose Ray reads it once) agree without a token, whether ~/.ray/auth_token exists.
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+        yield from _started_nodes()
+
+
+def _started_nodes():
     # Short: Ray's Unix socket paths under it must fit in 107 bytes.
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     (port,) = _free_ports(1)
@@ -186,6 +198,7 @@ def _outcome_fields(status, workdir):
 
 
 @pytest.mark.slow
+@ON_THE_CLUSTER
 def test_a_sweep_on_a_two_node_ray_cluster_matches_the_local_executor(
     ray_cluster, tmp_path, capsys
 ):
@@ -347,11 +360,11 @@ def _wait_for(condition, sweep, timeout=300):
     pytest.fail(f"not within {timeout} s: {condition}")
 
 
-def _between_checkpoints(run_dir):
-    """(newest checkpoint's step, last logged step) once the log has passed the checkpoint:
-    training resumes at the first, the log says the second."""
+def _between_checkpoints(run_dir, last=None):
+    """(newest checkpoint's step, last logged step) once the log has passed the checkpoint
+    (and not passed step `last`): training resumes at the first, the log says the second."""
     saved, logged = checkpoint_step(run_dir), last_train_step(run_dir)
-    if saved is not None and logged is not None and logged > saved:
+    if saved is not None and logged is not None and saved < logged <= (last or logged):
         return saved, logged
     return None
 
@@ -373,27 +386,62 @@ def _session(sid):
 def _training_in(sid):
     """(pid, run directory) of a train.py running in session `sid`, or None."""
     for pid in _session(sid):
-        try:
-            with open(f"/proc/{pid}/cmdline") as f:
-                argv = f.read().split("\0")
-        except OSError:
-            continue
+        argv = _argv(pid)
         if "transformer.cli.train" in argv:
             workdir = next(a for a in argv if a.startswith("--workdir="))
             return pid, workdir.split("=", 1)[1]
     return None
 
 
-def _freeze_between_checkpoints(pid, run_dir, sweep):
-    """Stops train.py `pid` (SIGSTOP) where its log has passed its newest checkpoint; returns
-    (that checkpoint's step, the last logged step)."""
+def _freeze_between_checkpoints(pid, run_dir, sweep, last=None):
+    """Stops train.py `pid` (SIGSTOP) where its log has passed its newest checkpoint (and not
+    passed step `last`); returns (that checkpoint's step, the last logged step)."""
     while True:
-        _wait_for(lambda: _between_checkpoints(run_dir), sweep)
+        _wait_for(lambda: _between_checkpoints(run_dir, last), sweep)
         os.kill(pid, signal.SIGSTOP)
-        steps = _between_checkpoints(run_dir)  # a save may have ended in between
+        steps = _between_checkpoints(run_dir, last)  # a save may have ended in between
         if steps:
             return steps
         os.kill(pid, signal.SIGCONT)
+
+
+def _train_process(run_dir):
+    """The pid of the train.py training `run_dir`, or None."""
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        argv = _argv(name)
+        if "transformer.cli.train" in argv and f"--workdir={run_dir}" in argv:
+            return int(name)
+    return None
+
+
+def _argv(pid) -> list[str]:
+    """The command line of process `pid`; empty once it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().split("\0")
+    except OSError:
+        return []
+
+
+def _stop_signal_pending(pid) -> bool:
+    """Whether SIGINT or SIGTERM waits to be delivered to (stopped) process `pid`."""
+    wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    with open(f"/proc/{pid}/status") as f:
+        masks = [ln.split()[1] for ln in f if ln.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(int(mask, 16) & wanted for mask in masks)
+
+
+def interrupt_mid_training(sweep, run_dir):
+    """Ctrl-C to the sweep while its run's train.py is frozen (SIGSTOP) past a checkpoint and
+    at least two log intervals before its last step; train.py goes on (SIGCONT) once the stop
+    signal the interrupt sends it is pending. It then stops within a log interval, mid-training
+    and past a checkpoint, however loaded the machine is and however long the signal takes."""
+    steps, log_every = LONGER["train.num_steps"], LONGER["train.log_every"]
+    pid = _wait_for(lambda: _train_process(run_dir), sweep)
+    _freeze_between_checkpoints(pid, run_dir, sweep, last=steps - 2 * log_every)
+    os.killpg(sweep.pid, signal.SIGINT)  # Ctrl-C in a terminal
+    _wait_for(lambda: _stop_signal_pending(pid), sweep)
+    os.kill(pid, signal.SIGCONT)
 
 
 def _kill_session(sid):
@@ -422,6 +470,40 @@ def _only_sweep_lines(out):
 
 
 @pytest.mark.slow
+@ON_THE_CLUSTER
+def test_ctrl_c_ends_a_ray_sweep_in_one_line_and_the_rerun_resumes_at_the_checkpoint(
+    ray_cluster, tmp_path
+):
+    config = _write_sweep(tmp_path / "sweep_cfg.py", PRE, steps=LONGER)
+    workdir = str(tmp_path / "w")
+    run_dir = os.path.join(workdir, "pre", "0")
+    command = _sweep_command(config, workdir, ray_cluster)
+    sweep = _start_sweep(command)
+    interrupt_mid_training(sweep, run_dir)
+    out, err = _finish(sweep)
+    assert sweep.returncode == 130
+    assert err == "interrupted: rerun the same command to resume\n"
+    _only_sweep_lines(out)
+    assert os.path.isfile(os.path.join(workdir, "ray.log"))
+    assert _status(workdir, "pre")["status"] == "training"  # left to resume
+    saved = checkpoint_step(run_dir)  # the one train.py saved on its SIGTERM
+    stop = re.compile(r"stopped by signal \d+ at step (\d+); checkpoint saved")
+    stops = [stop.fullmatch(r["message"]) for r in read_metrics(run_dir, kind="info")]
+    assert [int(m[1]) for m in stops if m] == [saved]
+
+    rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    line = f"[1/1] variant=pre seed=0: training (resuming from its checkpoint at step {saved})"
+    assert line in rerun.stdout
+    assert _resumed_steps(run_dir) == [saved]
+    assert ": 1 done, 0 skipped, 0 failed, 0 diverged, 0 lost" in rerun.stdout
+    assert _runs_csv_statuses(workdir) == {("pre", "0"): "done"}
+    _only_sweep_lines(rerun.stdout)
+    assert rerun.stderr == ""
+
+
+@pytest.mark.slow
+@ON_THE_CLUSTER  # last of the group: it kills the worker node
 def test_a_run_lost_with_its_node_is_retried_on_the_cluster_and_matches_the_local_executor(
     ray_nodes, tmp_path, capsys
 ):
@@ -470,36 +552,6 @@ def test_a_run_lost_with_its_node_is_retried_on_the_cluster_and_matches_the_loca
 
 def _scores(record):
     return {k: record[k] for k in ("step", "bleu", "chrf")}
-
-
-@pytest.mark.slow
-def test_ctrl_c_ends_a_ray_sweep_in_one_line_and_the_rerun_resumes_at_the_checkpoint(
-    ray_cluster, tmp_path
-):
-    config = _write_sweep(tmp_path / "sweep_cfg.py", PRE, steps=LONGER)
-    workdir = str(tmp_path / "w")
-    run_dir = os.path.join(workdir, "pre", "0")
-    command = _sweep_command(config, workdir, ray_cluster)
-    sweep = _start_sweep(command)
-    _wait_for(lambda: _between_checkpoints(run_dir), sweep)
-    os.killpg(sweep.pid, signal.SIGINT)  # Ctrl-C in a terminal
-    out, err = _finish(sweep)
-    assert sweep.returncode == 130
-    assert err == "interrupted: rerun the same command to resume\n"
-    _only_sweep_lines(out)
-    assert os.path.isfile(os.path.join(workdir, "ray.log"))
-    assert _status(workdir, "pre")["status"] == "training"  # left to resume
-    saved = checkpoint_step(run_dir)  # the one train.py saved on its SIGTERM
-
-    rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    line = f"[1/1] variant=pre seed=0: training (resuming from its checkpoint at step {saved})"
-    assert line in rerun.stdout
-    assert _resumed_steps(run_dir) == [saved]
-    assert ": 1 done, 0 skipped, 0 failed, 0 diverged, 0 lost" in rerun.stdout
-    assert _runs_csv_statuses(workdir) == {("pre", "0"): "done"}
-    _only_sweep_lines(rerun.stdout)
-    assert rerun.stderr == ""
 
 
 # ------------------------------------------ loss, retry and failure without a cluster

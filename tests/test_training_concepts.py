@@ -30,7 +30,7 @@ import pytest
 from flax import nnx
 
 from tests import helpers
-from tests.helpers import run, tiny_args, tiny_config
+from tests.helpers import run, tiny_config
 from transformer import ModelConfig, Transformer
 from transformer.common.special_ids import BOS_ID
 from transformer.model.flops import forward_flops
@@ -440,19 +440,10 @@ def test_rate_one_train_step_trains_on_the_models_own_inputs(ss):
 # ------------------------------------------------------- 6-7. a trained run (subprocess)
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """train.py on configs/default.py made tiny: checkpoints at steps 5, 10 and 15."""
-    workdir = str(tmp_path_factory.mktemp("concepts") / "run")
-    args = tiny_args(
-        train__num_steps=15,
-        train__checkpoint_every=5,
-        train__eval_every=1000,
-        train__log_every=5,
-        train__keep_checkpoints=3,
-    )
-    run(["train.py", "--config", "configs/default.py", "--workdir", workdir, *args], check=True)
-    return workdir
+@pytest.fixture
+def trained_run(checkpointed_run):
+    """train.py on configs/default.py made tiny: checkpoints at steps 10 and 20."""
+    return checkpointed_run[0]
 
 
 def orbax_params(workdir, step) -> dict[str, np.ndarray]:
@@ -470,9 +461,9 @@ def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run):
     steps = sorted(
         int(d) for d in os.listdir(os.path.join(trained_run, "checkpoints")) if d.isdigit()
     )
-    assert steps == [5, 10, 15]
+    assert steps == [10, 20]
     stored = {s: orbax_params(trained_run, s) for s in steps}
-    assert not np.allclose(stored[5]["src_embed.embedding"], stored[15]["src_embed.embedding"])
+    assert not np.allclose(stored[10]["src_embed.embedding"], stored[20]["src_embed.embedding"])
 
     def mean_of(chosen):
         return {
@@ -480,7 +471,7 @@ def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run):
             for n in stored[steps[0]]
         }
 
-    cases = [("latest", 1, [15]), (10, 1, [10]), ("latest", 3, [5, 10, 15]), (10, 2, [5, 10])]
+    cases = [("latest", 1, [20]), (10, 1, [10]), ("latest", 2, [10, 20]), (20, 2, [10, 20])]
     for checkpoint, n, chosen in cases:
         restored = restore_run(trained_run, checkpoint=str(checkpoint), average_last=n)
         assert restored.step == chosen[-1] and list(restored.averaged_steps) == chosen
