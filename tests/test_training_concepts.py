@@ -31,6 +31,7 @@ from flax import nnx
 
 from tests import helpers
 from tests.helpers import run, tiny_config
+from tests.shared_runs import CHECKPOINTED_RUN
 from transformer import ModelConfig, Transformer
 from transformer.common.special_ids import BOS_ID
 from transformer.model.flops import forward_flops
@@ -455,13 +456,19 @@ def orbax_params(workdir, step) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.slow
-def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run):
+def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run, tmp_path):
+    from tests.test_bad_inputs import copy_run
     from transformer.evaluation.restore import restore_run
+    from transformer.training.loop import train_and_evaluate
 
+    # A third checkpoint (step 30), so averages of three, and of two ending before the newest,
+    # differ from every other choice.
+    trained_run = copy_run(trained_run, tmp_path)
+    train_and_evaluate(tiny_config(**{**CHECKPOINTED_RUN, "train__num_steps": 30}), trained_run)
     steps = sorted(
         int(d) for d in os.listdir(os.path.join(trained_run, "checkpoints")) if d.isdigit()
     )
-    assert steps == [10, 20]
+    assert steps == [10, 20, 30]
     stored = {s: orbax_params(trained_run, s) for s in steps}
     assert not np.allclose(stored[10]["src_embed.embedding"], stored[20]["src_embed.embedding"])
 
@@ -471,7 +478,7 @@ def test_average_last_is_the_mean_of_the_last_checkpoints(trained_run):
             for n in stored[steps[0]]
         }
 
-    cases = [("latest", 1, [20]), (10, 1, [10]), ("latest", 2, [10, 20]), (20, 2, [10, 20])]
+    cases = [("latest", 1, [30]), (10, 1, [10]), ("latest", 3, [10, 20, 30]), (20, 2, [10, 20])]
     for checkpoint, n, chosen in cases:
         restored = restore_run(trained_run, checkpoint=str(checkpoint), average_last=n)
         assert restored.step == chosen[-1] and list(restored.averaged_steps) == chosen
